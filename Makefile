@@ -1,0 +1,50 @@
+# egolake: one place for set-up, demo, tests and benchmarks.
+# Every target installs what it needs first and is quick when that is already done.
+PYTHON      ?= python3
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+EGOLAKE_HOME ?= $(HOME)/.cache/egolake
+JARS        := $(EGOLAKE_HOME)/jars
+DEMO_OUT    ?= demo_out
+export EGOLAKE_HOME
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: setup demo test test-fast bench lint clean
+
+## setup: Python packages into .venv, Delta's jars from Maven Central into $(JARS).
+setup: $(VENV)/.installed $(JARS)/.done
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+$(JARS)/.done: conf/jars/pom.xml
+	mkdir -p $(JARS)
+	rm -f $(JARS)/*.jar
+	mvn -q -B -f conf/jars/pom.xml dependency:copy-dependencies \
+	    -DoutputDirectory=$(abspath $(JARS)) -DincludeScope=runtime -DincludeGroupIds=io.delta
+	touch $@
+
+## demo: generate a synthetic egocentric clip and run the whole pipeline on it (local Spark + Delta).
+demo: setup
+	$(PY) -m jobs.cli demo $(DEMO_OUT)
+
+## test: the whole suite (CPU only; GPU tests skip without a device).
+test: setup
+	$(PY) -m pytest -q
+
+## test-fast: everything that needs no Spark.
+test-fast: setup
+	$(PY) -m pytest -q -m "not spark and not slow"
+
+bench: setup
+	$(PY) -m jobs.bench --out bench/results
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(DEMO_OUT) .pytest_cache spark-warehouse

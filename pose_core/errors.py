@@ -1,0 +1,53 @@
+"""One error hierarchy for egolake.
+
+`InputError` marks a problem with an input file: ingest turns it into a `quarantine` row.
+Every other `EgolakeError` raised while processing an episode is caught once, in
+`udfs.guard.guarded`, and becomes a `failed` row in the `runs` table; the batch goes on.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CompatibilityError",
+    "EgolakeError",
+    "InputError",
+    "NotConvergedError",
+    "ShapeError",
+]
+
+
+class EgolakeError(Exception):
+    """Base class of every error egolake raises on purpose."""
+
+
+class InputError(EgolakeError):
+    """An input file cannot become an episode.
+
+    Args:
+        reason_code: short machine-readable code, one of `udfs.media.reasons.REASONS`.
+        message: human-readable sentence naming the problem (and the fix when there is one).
+        path: the offending file.
+    """
+
+    def __init__(self, reason_code: str, message: str, path: str = "") -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.reason_code = reason_code
+        self.message = message
+        self.path = path
+
+
+class ShapeError(EgolakeError):
+    """An array does not have the documented shape."""
+
+    def __init__(self, message: str, actual_shape: tuple[int, ...], expected_shape: str) -> None:
+        super().__init__(f"{message}: expected {expected_shape}. Got {actual_shape}")
+        self.actual_shape = actual_shape
+        self.expected_shape = expected_shape
+
+
+class NotConvergedError(EgolakeError):
+    """A solver stopped without meeting its tolerance and the caller needs it to."""
+
+
+class CompatibilityError(EgolakeError):
+    """Stored data or config is from an incompatible version; the message gives the fix."""
