@@ -10,7 +10,7 @@ export EGOLAKE_HOME
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup demo test test-fast bench lint clean
+.PHONY: setup demo test test-fast bench lint clean conf
 
 ## setup: Python packages into .venv, Delta's jars from Maven Central into $(JARS).
 setup: $(VENV)/.installed $(JARS)/.done
@@ -48,3 +48,7 @@ lint: setup
 
 clean:
 	rm -rf $(DEMO_OUT) .pytest_cache spark-warehouse
+
+## conf: regenerate conf/default.yaml from the option dataclasses (a test checks it is current).
+conf: $(VENV)/.installed
+	$(PY) -c "import jobs.config as c; c.write_default_yaml('conf/default.yaml')"

@@ -1,0 +1,185 @@
+"""The pipeline's configuration: one typed tree, parsed from YAML and `--set` overrides.
+
+Each algorithm owns its options dataclass next to its code; `PipelineConfig` nests them.
+Sources, later ones win: the dataclass defaults (written out, documented, in conf/default.yaml),
+a preset or user file (`--conf conf/fast.yaml`), then `--set section.key=value` overrides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import draccus
+import yaml
+
+from jobs.spark import SparkOptions
+from udfs.media.decode import DecodeOptions
+from udfs.media.probe import ProbeOptions
+
+__all__ = [
+    "IngestOptions",
+    "PipelineConfig",
+    "PriorsOptions",
+    "dump_defaults",
+    "encode",
+    "load_config",
+    "section_hash",
+]
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    """Listing, probing, de-duplication and sharding of input videos."""
+
+    # File extensions (case-insensitive) taken as videos.
+    video_extensions: tuple[str, ...] = ("mp4", "mov", "mkv", "avi", "webm")
+    # Limits and checks applied to each input file.
+    probe: ProbeOptions = field(default_factory=ProbeOptions)
+    # Two inputs are near duplicates when their sampled-frame perceptual hashes differ by at most
+    # this many bits (of 64) on average.
+    near_duplicate_max_hamming: float = 6.0
+    # Frames per shard of the per-frame stages (decode, priors, hands).
+    shard_frames: int = 256
+    # Extra frames decoded on each side of a shard, for stages that need temporal context.
+    shard_overlap_frames: int = 8
+
+    def __post_init__(self) -> None:
+        if self.shard_frames < 1:
+            raise ValueError(f"ingest.shard_frames must be >= 1, got {self.shard_frames}")
+        if self.shard_overlap_frames < 0:
+            raise ValueError(f"ingest.shard_overlap_frames must be >= 0, got {self.shard_overlap_frames}")
+
+
+@dataclass(frozen=True)
+class PriorsOptions:
+    """Per-frame decode pass over shards."""
+
+    # How shards are decoded (backend, internal resolution).
+    decode: DecodeOptions = field(default_factory=DecodeOptions)
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Everything a run needs besides its input and output paths."""
+
+    # The Spark session (ignored where one exists already, as under spark-submit).
+    spark: SparkOptions = field(default_factory=SparkOptions)
+    # Stage ingest: listing, probing, de-duplication, sharding.
+    ingest: IngestOptions = field(default_factory=IngestOptions)
+    # Stage priors: the per-frame decode pass.
+    priors: PriorsOptions = field(default_factory=PriorsOptions)
+    # Episodes per stage batch: each batch is one Spark job and one Delta commit, so a killed run
+    # loses at most one batch and progress is logged per batch.
+    batch_episodes: int = 32
+
+    def __post_init__(self) -> None:
+        if self.batch_episodes < 1:
+            raise ValueError(f"batch_episodes must be >= 1, got {self.batch_episodes}")
+
+
+def load_config(files: Sequence[str | Path] = (), overrides: Iterable[str] = ()) -> PipelineConfig:
+    """Parse config files (later wins) and `key.sub=value` overrides into a `PipelineConfig`.
+
+    Values in overrides are YAML (`--set ingest.shard_frames=128`, `--set spark.extra={a: b}`).
+
+    Raises:
+        ValueError: a malformed override or an unknown/ill-typed key, naming it.
+    """
+    merged: dict[str, Any] = {}
+    for path in files:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a config file must be a YAML mapping")
+        _deep_merge(merged, data)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set {item!r}: expected key.path=value")
+        node: dict[str, Any] = {}
+        leaf = node
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            leaf = leaf.setdefault(part, {})
+        leaf[parts[-1]] = yaml.safe_load(raw)
+        _deep_merge(merged, node)
+    try:
+        return draccus.decode(PipelineConfig, merged)
+    except draccus.utils.DraccusException as exc:
+        cause = exc.__cause__ or exc.__context__
+        detail = f"{exc} {cause}" if cause is not None else str(exc)
+        raise ValueError(f"invalid configuration: {detail}") from exc
+
+
+def encode(cfg: Any) -> dict[str, Any]:
+    """The config (or a section) as plain YAML/JSON-able data."""
+    return draccus.encode(cfg)
+
+
+def section_hash(cfg: PipelineConfig, sections: Sequence[str], salt: str = "") -> str:
+    """SHA-256 (16 hex) of the canonical JSON of some config sections plus a salt."""
+    data = {name: encode(getattr(cfg, name)) for name in sections}
+    canonical = json.dumps({"sections": data, "salt": salt}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _deep_merge(into: dict[str, Any], new: dict[str, Any]) -> None:
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _deep_merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def dump_defaults() -> str:
+    """conf/default.yaml's text: every setting with its default and the comment from its declaration."""
+    return _dump_section(PipelineConfig(), 0).rstrip() + "\n"
+
+
+def _dump_section(obj: Any, indent: int) -> str:
+    comments = _field_comments(type(obj))
+    pad = "  " * indent
+    out = []
+    for f in fields(obj):
+        for line in comments.get(f.name, []):
+            out.append(f"{pad}# {line}")
+        value = getattr(obj, f.name)
+        if is_dataclass(value):
+            out.append(f"{pad}{f.name}:")
+            out.append(_dump_section(value, indent + 1).rstrip("\n"))
+        else:
+            text = yaml.safe_dump({f.name: encode(value)}, default_flow_style=True, width=1000).strip()
+            out.append(pad + text[1:-1])  # drop the braces of the one-key flow mapping
+    return "\n".join(out) + "\n"
+
+
+def _field_comments(cls: type) -> dict[str, list[str]]:
+    """Comment lines written directly above each field in the class body, by field name."""
+    comments: dict[str, list[str]] = {}
+    pending: list[str] = []
+    for line in inspect.getsource(cls).splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            pending.append(stripped.lstrip("#").strip())
+        elif ":" in stripped and not stripped.startswith(("def ", "class ", '"', "@")) and pending is not None:
+            comments[stripped.split(":")[0].strip()] = pending
+            pending = []
+        else:
+            pending = []
+    return comments
+
+
+DEFAULT_YAML_HEADER = (
+    "# egolake defaults, generated from the option dataclasses by `make conf`; do not edit by hand.\n"
+    "# Override with --conf FILE (see fast.yaml, accurate.yaml) or --set section.key=value.\n"
+)
+
+
+def write_default_yaml(path: str | Path) -> None:
+    """Write conf/default.yaml (header + `dump_defaults`)."""
+    Path(path).write_text(DEFAULT_YAML_HEADER + dump_defaults(), encoding="utf-8")

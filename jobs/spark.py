@@ -1,0 +1,96 @@
+"""Building the Spark session: the only place egolake configures Spark.
+
+Locally (`egolake run`), this starts an embedded `local[N]` Spark with Delta's jars from the
+set-up cache, so a run never downloads. Under `spark-submit`, on Databricks or EMR, the session
+already exists and is reused; Delta jars are added only if the session lacks Delta.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pyspark.sql import SparkSession
+
+__all__ = ["SparkOptions", "build_spark", "delta_jars"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SparkOptions:
+    """How egolake gets its Spark session."""
+
+    # Master for an embedded session; ignored when a session already exists (spark-submit, notebooks).
+    master: str = "local[2]"
+    app_name: str = "egolake"
+    driver_memory: str = "4g"
+    shuffle_partitions: int = 8
+    # Rows per Arrow batch into pandas UDFs. Keep small: some rows carry frames or feature blobs.
+    arrow_max_records_per_batch: int = 64
+    # auto: load Delta from the set-up jar cache ($EGOLAKE_HOME/jars) unless the session has Delta;
+    # none: never (the cluster provides Delta).
+    delta_jars: Literal["auto", "none"] = "auto"
+    # Spark's own log level; egolake's logs are configured separately (jobs.logs).
+    log_level: str = "ERROR"
+    # Any other Spark settings, e.g. {"spark.executor.memory": "8g"}.
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def egolake_home() -> str:
+    """Root of egolake's caches (jars, models); `$EGOLAKE_HOME` or ~/.cache/egolake."""
+    return os.environ.get("EGOLAKE_HOME", os.path.join(os.path.expanduser("~"), ".cache", "egolake"))
+
+
+def delta_jars() -> list[str]:
+    """Delta's jars fetched by `make setup`; raises with the fix when they are missing."""
+    jars = sorted(glob.glob(os.path.join(egolake_home(), "jars", "*.jar")))
+    if not any(os.path.basename(j).startswith("delta-spark") for j in jars):
+        raise FileNotFoundError(
+            f"Delta Lake jars not found in {os.path.join(egolake_home(), 'jars')}: run `make setup` "
+            "(it fetches them once from Maven Central), or set spark.delta_jars=none on a cluster "
+            "that provides Delta."
+        )
+    return jars
+
+
+def build_spark(opts: SparkOptions) -> SparkSession:
+    """The active session, or a new embedded one configured for egolake and Delta."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        _tune(active, opts)
+        return active
+    # Executors must run the same interpreter that has egolake's packages.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(opts.master)
+        .appName(opts.app_name)
+        .config("spark.driver.memory", opts.driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.databricks.delta.schema.autoMerge.enabled", "false")
+    )
+    if opts.delta_jars == "auto":
+        builder = builder.config("spark.jars", ",".join(delta_jars()))
+    for key, value in opts.extra.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    _tune(spark, opts)
+    logger.info("spark session ready master=%s version=%s", spark.sparkContext.master, spark.version)
+    return spark
+
+
+def _tune(spark: SparkSession, opts: SparkOptions) -> None:
+    """Settings that may change on an existing session."""
+    spark.sparkContext.setLogLevel(opts.log_level)
+    spark.conf.set("spark.sql.shuffle.partitions", str(opts.shuffle_partitions))
+    spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(opts.arrow_max_records_per_batch))

@@ -1,0 +1,240 @@
+"""The stage framework: which episodes a stage runs on, batching, failure isolation, `runs` rows.
+
+A stage is a name, a version, its upstream stage, the config sections it depends on, and a
+`process` function that computes and writes its tables for a list of episodes and says, per
+episode, ok or failed. Everything else (resume, --from-stage, progress, the `runs` log) is here,
+once, for every stage.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from jobs.config import PipelineConfig
+from jobs.tables import Layout, Lineage, append, exists, read
+from schemas import TableSchema
+from schemas.tables import RUNS
+from udfs.guard import ERROR_KIND, ROW_KIND
+
+__all__ = [
+    "EpisodeOutcome",
+    "Stage",
+    "StageContext",
+    "latest_runs",
+    "record_runs",
+    "run_episode_stage",
+    "split_guarded",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What every stage gets: the session, the config, where outputs go, and this run's id."""
+
+    spark: SparkSession
+    cfg: PipelineConfig
+    layout: Layout
+    run_id: str
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    """One episode's result in one stage."""
+
+    episode_id: str
+    status: str  # ok | failed | skipped
+    rows: int = 0
+    error: str | None = None
+    started: datetime | None = None
+    finished: datetime | None = None
+
+
+ProcessFn = Callable[[StageContext, Lineage, list[str]], list[EpisodeOutcome]]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A pipeline stage that works per episode.
+
+    Attributes:
+        name: stage name (as in `--stages`, `runs.stage`).
+        version: bumped when its output changes meaning; part of the config hash.
+        upstream: the stage whose ok episodes this one consumes.
+        config_sections: `PipelineConfig` sections its output depends on.
+        outputs: the tables it writes.
+        process: computes and writes its tables for some episodes, returns one outcome each.
+    """
+
+    name: str
+    version: str
+    upstream: str | None
+    config_sections: tuple[str, ...]
+    outputs: tuple[TableSchema, ...]
+    process: ProcessFn
+
+
+def now() -> datetime:
+    """The current UTC time."""
+    return datetime.now(timezone.utc)
+
+
+def record_runs(ctx: StageContext, stage: str, lineage: Lineage, outcomes: Sequence[EpisodeOutcome]) -> None:
+    """Append one `runs` row per outcome."""
+    if not outcomes:
+        return
+    pdf = pd.DataFrame(
+        {
+            "run_id": ctx.run_id,
+            "stage": stage,
+            "episode_id": [o.episode_id for o in outcomes],
+            "status": [o.status for o in outcomes],
+            "started": [o.started for o in outcomes],
+            "finished": [o.finished for o in outcomes],
+            "rows": [o.rows for o in outcomes],
+            "error": [o.error for o in outcomes],
+            "config_hash": lineage.config_hash,
+            "stage_version": lineage.stage_version,
+        }
+    )
+    append(ctx.spark.createDataFrame(pdf, RUNS.spark_full), ctx.layout, RUNS)
+
+
+def latest_runs(spark: SparkSession, layout: Layout) -> pd.DataFrame:
+    """Latest non-skipped `runs` row per (stage, episode) as pandas (small: one row per pair)."""
+    if not exists(layout, RUNS):
+        return pd.DataFrame(columns=[f.name for f in RUNS.spark_full.fields])
+    runs = read(spark, layout, RUNS).where(F.col("status") != "skipped")
+    order = Window.partitionBy("stage", "episode_id").orderBy(F.col("finished").desc(), F.col("run_id").desc())
+    latest = runs.withColumn("_n", F.row_number().over(order)).where("_n = 1").drop("_n")
+    return latest.toPandas()
+
+
+def split_guarded(result: DataFrame, columns: Sequence[str]) -> tuple[DataFrame, dict[str, str]]:
+    """Separate a guarded UDF's output into data rows and {episode_id: error} of failed units.
+
+    The caller must `persist` `result` first, or the UDF runs twice.
+    """
+    failed_rows = result.where(F.col("_row_kind") == ERROR_KIND).select("episode_id", "_error").collect()
+    failures: dict[str, str] = {}
+    for row in failed_rows:
+        failures.setdefault(row["episode_id"], row["_error"])
+    data = result.where(F.col("_row_kind") == ROW_KIND).select(*columns)
+    if failures:
+        data = data.where(~F.col("episode_id").isin(list(failures)))
+    return data, failures
+
+
+def outcomes_from(
+    data: DataFrame, episodes: Sequence[str], failures: dict[str, str], started: datetime
+) -> list[EpisodeOutcome]:
+    """Outcomes of a batch: row counts per episode from `data`, errors from `failures`."""
+    counts = {r["episode_id"]: r["count"] for r in data.groupBy("episode_id").count().collect()}
+    finished = now()
+    return [
+        EpisodeOutcome(e, "failed", 0, failures[e], started, finished)
+        if e in failures
+        else EpisodeOutcome(e, "ok", int(counts.get(e, 0)), None, started, finished)
+        for e in episodes
+    ]
+
+
+def select_episodes(
+    stage: Stage, latest: pd.DataFrame, scope: Sequence[str] | None, config_hash: str, force: bool
+) -> tuple[list[str], list[str]]:
+    """(episodes to run, episodes to skip) for `stage`.
+
+    Candidates are the episodes whose latest upstream status is ok (within `scope` when given).
+    Without `force`, an episode is skipped when its latest status here is ok with the same config
+    hash and finished after its upstream's latest ok run.
+    """
+    up = latest[(latest["stage"] == stage.upstream) & (latest["status"] == "ok")]
+    up_finished = dict(zip(up["episode_id"], up["finished"]))
+    candidates = sorted(e for e in up_finished if scope is None or e in set(scope))
+    if force:
+        return candidates, []
+    mine = latest[latest["stage"] == stage.name].set_index("episode_id")
+    run, skip = [], []
+    for episode in candidates:
+        done = (
+            episode in mine.index
+            and mine.at[episode, "status"] == "ok"
+            and mine.at[episode, "config_hash"] == config_hash
+            and mine.at[episode, "finished"] >= up_finished[episode]
+        )
+        (skip if done else run).append(episode)
+    return run, skip
+
+
+def run_episode_stage(
+    ctx: StageContext, stage: Stage, config_hash: str, scope: Sequence[str] | None, force: bool
+) -> list[EpisodeOutcome]:
+    """Run `stage` over its episodes in batches; returns every outcome (ok, failed, skipped)."""
+    lineage = Lineage(ctx.run_id, stage.version, config_hash)
+    todo, skip = select_episodes(stage, latest_runs(ctx.spark, ctx.layout), scope, config_hash, force)
+    skipped = [EpisodeOutcome(e, "skipped", started=now(), finished=now()) for e in skip]
+    record_runs(ctx, stage.name, lineage, skipped)
+    outcomes: list[EpisodeOutcome] = list(skipped)
+    size = ctx.cfg.batch_episodes
+    t0 = time.monotonic()
+    for i in range(0, len(todo), size):
+        batch = todo[i : i + size]
+        done = _process_isolated(ctx, stage, lineage, batch)
+        record_runs(ctx, stage.name, lineage, done)
+        outcomes.extend(done)
+        logger.info(
+            "progress stage=%s done=%d/%d failed=%d skipped=%d elapsed_s=%.1f",
+            stage.name, i + len(batch), len(todo), sum(o.status == "failed" for o in outcomes),
+            len(skip), time.monotonic() - t0,
+        )  # fmt: skip
+    return outcomes
+
+
+def _process_isolated(ctx: StageContext, stage: Stage, lineage: Lineage, batch: list[str]) -> list[EpisodeOutcome]:
+    """Process a batch; if the Spark job itself dies (a crashed worker), retry episode by episode.
+
+    Per-episode errors are caught by `udfs.guard`; this catches what kills a whole job, such as a
+    decoder that segfaults its Python worker, so that it costs one episode, not the batch.
+    """
+    started = now()
+    try:
+        return stage.process(ctx, lineage, batch)
+    except Exception as exc:  # noqa: BLE001 - job-level failure: isolate the culprit, go on
+        if len(batch) == 1:
+            message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:2000]
+            logger.warning("episode failed stage=%s episode=%s error=%s", stage.name, batch[0], message)
+            return [EpisodeOutcome(batch[0], "failed", 0, message, started, now())]
+        logger.warning("batch failed stage=%s episodes=%d: retrying one by one", stage.name, len(batch))
+        return [o for e in batch for o in _process_isolated(ctx, stage, lineage, [e])]
+
+
+def write_guarded(
+    ctx: StageContext,
+    lineage: Lineage,
+    episodes: Sequence[str],
+    result: DataFrame,
+    schema: TableSchema,
+) -> list[EpisodeOutcome]:
+    """Write a guarded UDF's output to `schema`'s table and return per-episode outcomes.
+
+    Failed episodes get no rows (their stale rows are removed too); the UDF runs once.
+    """
+    started = now()
+    result = result.persist()
+    try:
+        data, failures = split_guarded(result, schema.columns)
+        from jobs.tables import write  # local: keeps the import graph of this module small
+
+        write(data, ctx.layout, schema, episodes, lineage)
+        return outcomes_from(data, episodes, failures, started)
+    finally:
+        result.unpersist()

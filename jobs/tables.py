@@ -1,0 +1,122 @@
+"""Reading and writing egolake's Delta tables under OUTPUT/tables/<name>.
+
+Every stage write goes through `write`: it stamps the lineage columns and overwrites, atomically,
+exactly the rows of the partition-key values it was given (`replaceWhere`), so re-running a stage
+for an episode replaces its rows and never duplicates them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from schemas import TABLES, TableSchema
+
+__all__ = ["Layout", "Lineage", "append", "exists", "read", "register_all", "sql_literal", "write"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a run's outputs live: OUTPUT/tables/<name>, OUTPUT/datasets, OUTPUT/qa."""
+
+    root: str
+
+    def table(self, name: str) -> str:
+        """Path of table `name`."""
+        return os.path.join(self.root, "tables", name)
+
+    @property
+    def datasets(self) -> str:
+        """Folder of exported datasets."""
+        return os.path.join(self.root, "datasets")
+
+    @property
+    def qa(self) -> str:
+        """Folder of QA reports."""
+        return os.path.join(self.root, "qa")
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """The columns every stage row carries (DESIGN.md table contract)."""
+
+    run_id: str
+    stage_version: str
+    config_hash: str
+
+
+def exists(layout: Layout, schema: TableSchema) -> bool:
+    """Whether the table has been written at least once."""
+    return os.path.isdir(os.path.join(layout.table(schema.name), "_delta_log"))
+
+
+def read(spark: SparkSession, layout: Layout, schema: TableSchema) -> DataFrame:
+    """The table as a DataFrame; an empty one with the right columns if it does not exist yet."""
+    if not exists(layout, schema):
+        return spark.createDataFrame([], schema.spark_full)
+    return spark.read.format("delta").load(layout.table(schema.name))
+
+
+def sql_literal(value: str) -> str:
+    """A Spark SQL string literal for `value` (quotes and backslashes escaped)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def write(
+    df: DataFrame,
+    layout: Layout,
+    schema: TableSchema,
+    replace_keys: Iterable[str],
+    lineage: Lineage | None = None,
+) -> None:
+    """Replace the rows whose partition key is in `replace_keys` by the rows of `df`.
+
+    `df` must hold only rows with keys in `replace_keys` (Delta checks it). Keys with no row in
+    `df` end with no rows: a failed episode leaves no stale output behind. Columns are selected
+    and cast to the schema, so a transform cannot add or drop columns silently.
+    """
+    keys = sorted(set(replace_keys))
+    if not keys:
+        return
+    if schema.lineage:
+        if lineage is None:
+            raise ValueError(f"table {schema.name} needs lineage columns; pass lineage=")
+        df = (
+            df.withColumn("run_id", F.lit(lineage.run_id))
+            .withColumn("stage_version", F.lit(lineage.stage_version))
+            .withColumn("config_hash", F.lit(lineage.config_hash))
+        )
+    target = schema.spark_full
+    df = df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
+    predicate = f"{schema.partition_key} IN ({', '.join(sql_literal(k) for k in keys)})"
+    writer = df.write.format("delta")
+    if exists(layout, schema):
+        writer = writer.mode("overwrite").option("replaceWhere", predicate)
+    else:
+        writer = writer.mode("append")
+    writer.save(layout.table(schema.name))
+    logger.info("wrote table=%s keys=%d", schema.name, len(keys))
+
+
+def append(df: DataFrame, layout: Layout, schema: TableSchema) -> None:
+    """Append rows (the `runs` log)."""
+    target = schema.spark_full
+    df = df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
+    df.write.format("delta").mode("append").save(layout.table(schema.name))
+
+
+def register_all(spark: SparkSession, layout: Layout) -> list[str]:
+    """Register every existing table as a temp view named after it; returns the names."""
+    names = []
+    for schema in TABLES.values():
+        if exists(layout, schema):
+            read(spark, layout, schema).createOrReplaceTempView(schema.name)
+            names.append(schema.name)
+    return names

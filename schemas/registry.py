@@ -1,0 +1,17 @@
+"""Every table by name, so the CLI and SQL can register them all."""
+
+from __future__ import annotations
+
+from schemas.base import TableSchema
+from schemas.tables import FRAMES, QUARANTINE, RUNS, SHARDS, VIDEOS
+
+__all__ = ["TABLES", "table"]
+
+TABLES: dict[str, TableSchema] = {t.name: t for t in (VIDEOS, SHARDS, QUARANTINE, RUNS, FRAMES)}
+
+
+def table(name: str) -> TableSchema:
+    """The schema of table `name`; raises KeyError naming the known tables."""
+    if name not in TABLES:
+        raise KeyError(f"unknown table {name!r}; known: {', '.join(sorted(TABLES))}")
+    return TABLES[name]
