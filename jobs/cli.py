@@ -1,0 +1,138 @@
+"""The `egolake` command: run, status, sql, demo, sample.
+
+Exit codes: 0 all done, 3 finished but some episode-stages failed (see `egolake status`),
+2 bad usage or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_USAGE, EXIT_FAILURES = 0, 2, 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="egolake", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO (default: warnings)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the pipeline over INPUT into OUTPUT")
+    run.add_argument("input", help="folder or glob of videos and image-sequence folders")
+    run.add_argument("output", help="output folder: tables/, datasets/, qa/")
+    _add_config_args(run)
+    run.add_argument("--stages", help="comma-separated stages to run (default: all)")
+    run.add_argument("--from-stage", help="recompute this stage and everything downstream")
+    run.add_argument("--until-stage", help="stop after this stage")
+    run.add_argument("--resume", action="store_true", help="skip episode-stages already ok with this config")
+
+    status = sub.add_parser("status", help="per stage: episodes ok, failed, pending; last errors")
+    status.add_argument("output")
+    _add_config_args(status)
+
+    sql = sub.add_parser("sql", help="run a SQL query; every table is registered by name")
+    sql.add_argument("output")
+    sql.add_argument("query")
+    sql.add_argument("--limit", type=int, default=50, help="rows to print (default 50)")
+    sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    _add_config_args(sql)
+
+    demo = sub.add_parser("demo", help="generate a synthetic egocentric sample and run the whole pipeline")
+    demo.add_argument("output", nargs="?", default="demo_out")
+    demo.add_argument("--frames", type=int, default=90, help="frames of the generated clip")
+    _add_config_args(demo)
+    return parser
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--conf", action="append", default=[], help="YAML config file (repeatable; later wins)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one setting, e.g. --set ingest.shard_frames=128")  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `egolake` console command."""
+    from jobs.logs import init_logging
+
+    args = _parser().parse_args(argv)
+    init_logging(args.verbose)
+    try:
+        from jobs.config import load_config
+
+        cfg = load_config(args.conf, args.overrides)
+    except (ValueError, OSError) as exc:
+        sys.stderr.write(f"egolake: {exc}\n")
+        return EXIT_USAGE
+    from jobs.spark import build_spark
+
+    handlers = {"run": _run, "status": _status, "sql": _sql, "demo": _demo}
+    try:
+        return handlers[args.command](args, cfg, build_spark)
+    except ValueError as exc:
+        sys.stderr.write(f"egolake: {exc}\n")
+        return EXIT_USAGE
+
+
+def _run(args, cfg, build_spark) -> int:  # noqa: ANN001
+    from jobs.pipeline import run_pipeline
+
+    stages = [s.strip() for s in args.stages.split(",")] if args.stages else None
+    summary = run_pipeline(
+        build_spark(cfg.spark), cfg, args.input, args.output, stages, args.from_stage, args.until_stage, args.resume
+    )
+    _print_summary(summary)
+    return EXIT_FAILURES if summary.failed else EXIT_OK
+
+
+def _print_summary(summary) -> None:  # noqa: ANN001
+    out = [f"run {summary.run_id}"]
+    out += [f"  {stage:<12} ok={c['ok']} failed={c['failed']} skipped={c['skipped']}" for stage, c in summary.counts.items()]
+    out.append(f"  quarantined inputs: {summary.quarantined}")
+    sys.stdout.write("\n".join(out) + "\n")
+
+
+def _status(args, cfg, build_spark) -> int:  # noqa: ANN001
+    from jobs.pipeline import STAGE_NAMES
+    from jobs.status import format_status, stage_status
+
+    statuses, _, quarantined = stage_status(build_spark(cfg.spark), args.output, list(STAGE_NAMES))
+    sys.stdout.write(format_status(statuses, quarantined) + "\n")
+    return EXIT_OK
+
+
+def _sql(args, cfg, build_spark) -> int:  # noqa: ANN001
+    from jobs.tables import Layout, register_all
+
+    spark = build_spark(cfg.spark)
+    names = register_all(spark, Layout(args.output))
+    if not names:
+        raise ValueError(f"no tables under {args.output}/tables: run `egolake run` first")
+    pdf = spark.sql(args.query).limit(args.limit).toPandas()
+    text = {"table": lambda: pdf.to_string(index=False), "csv": lambda: pdf.to_csv(index=False),
+            "json": lambda: pdf.to_json(orient="records", lines=True)}[args.format]()  # fmt: skip
+    sys.stdout.write(text.rstrip("\n") + "\n")
+    return EXIT_OK
+
+
+def _demo(args, cfg, build_spark) -> int:  # noqa: ANN001
+    import os
+
+    from jobs.pipeline import run_pipeline
+    from jobs.sample import SampleOptions, write_sample
+
+    sample_dir = os.path.join(args.output, "sample")
+    write_sample(sample_dir, SampleOptions(frames=args.frames))
+    summary = run_pipeline(build_spark(cfg.spark), cfg, os.path.join(sample_dir, "videos"), args.output, resume=True)
+    _print_summary(summary)
+    sys.stdout.write(f"tables in {args.output}/tables; try: egolake sql {args.output} 'SELECT * FROM runs'\n")
+    return EXIT_FAILURES if summary.failed else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

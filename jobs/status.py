@@ -1,0 +1,59 @@
+"""`egolake status`: per stage and episode, done / failed / pending, with the last errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+from pyspark.sql import SparkSession
+
+from jobs.stage import latest_runs
+from jobs.tables import Layout, exists, read
+from schemas.tables import QUARANTINE, VIDEOS
+
+__all__ = ["StageStatus", "format_status", "stage_status"]
+
+
+@dataclass(frozen=True)
+class StageStatus:
+    """Counts for one stage over all episodes in the output."""
+
+    stage: str
+    ok: int
+    failed: int
+    pending: int
+    errors: list[tuple[str, str]]  # (episode_id, error), most recent first
+
+
+def stage_status(spark: SparkSession, output: str, stages: list[str], max_errors: int = 5) -> tuple[
+    list[StageStatus], pd.DataFrame, int
+]:
+    """(per-stage status, latest per stage and episode, quarantined inputs) of an output folder."""
+    layout = Layout(output)
+    episodes = set(read(spark, layout, VIDEOS).select("episode_id").toPandas()["episode_id"])
+    latest = latest_runs(spark, layout)
+    latest = latest[latest["episode_id"].isin(episodes)]
+    result = []
+    for stage in stages:
+        mine = latest[latest["stage"] == stage].sort_values("finished", ascending=False)
+        ok = int((mine["status"] == "ok").sum())
+        failed_rows = mine[mine["status"] == "failed"]
+        result.append(
+            StageStatus(
+                stage, ok, len(failed_rows), len(episodes) - ok - len(failed_rows),
+                list(zip(failed_rows["episode_id"], failed_rows["error"]))[:max_errors],
+            )
+        )  # fmt: skip
+    quarantined = read(spark, layout, QUARANTINE).count() if exists(layout, QUARANTINE) else 0
+    return result, latest, quarantined
+
+
+def format_status(statuses: list[StageStatus], quarantined: int) -> str:
+    """Human-readable table of `stage_status`."""
+    lines = [f"{'stage':<12}{'ok':>8}{'failed':>8}{'pending':>9}"]
+    lines += [f"{s.stage:<12}{s.ok:>8}{s.failed:>8}{s.pending:>9}" for s in statuses]
+    lines.append(f"quarantined inputs: {quarantined}")
+    for s in statuses:
+        for episode, error in s.errors:
+            lines.append(f"  {s.stage} {episode}: {error}")
+    return "\n".join(lines)

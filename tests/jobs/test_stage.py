@@ -1,0 +1,87 @@
+from datetime import datetime, timedelta, timezone
+
+import pandas as pd
+import pytest
+
+from jobs.stage import Stage, select_episodes
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _stage(name="b", upstream="a"):
+    return Stage(name=name, version="1", upstream=upstream, config_sections=(), outputs=(), process=None)
+
+
+def _latest(rows):
+    return pd.DataFrame(rows, columns=["stage", "episode_id", "status", "config_hash", "finished"])
+
+
+LATEST = _latest(
+    [
+        ("a", "e1", "ok", "ha", T0),
+        ("a", "e2", "ok", "ha", T0),
+        ("a", "e3", "failed", "ha", T0),
+        ("a", "e4", "ok", "ha", T0 + timedelta(hours=2)),  # upstream re-ran after b
+        ("a", "e5", "ok", "ha", T0),
+        ("b", "e1", "ok", "hb", T0 + timedelta(hours=1)),
+        ("b", "e2", "failed", "hb", T0 + timedelta(hours=1)),
+        ("b", "e4", "ok", "hb", T0 + timedelta(hours=1)),
+        ("b", "e5", "ok", "OLD", T0 + timedelta(hours=1)),
+    ]
+)
+
+
+def test_force_runs_every_episode_whose_upstream_is_ok():
+    run, skip = select_episodes(_stage(), LATEST, None, "hb", force=True)
+    assert run == ["e1", "e2", "e4", "e5"]
+    assert skip == []
+
+
+def test_resume_skips_only_ok_same_hash_newer_than_upstream():
+    run, skip = select_episodes(_stage(), LATEST, None, "hb", force=False)
+    assert skip == ["e1"]
+    assert run == ["e2", "e4", "e5"]  # failed, upstream newer, config changed
+
+
+def test_scope_limits_candidates():
+    run, skip = select_episodes(_stage(), LATEST, ["e2", "e3"], "hb", force=True)
+    assert (run, skip) == (["e2"], [])
+
+
+@pytest.mark.spark
+def test_write_guarded_isolates_a_failing_episode(spark, tmp_path):
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from jobs.config import PipelineConfig
+    from jobs.stage import StageContext, write_guarded
+    from jobs.tables import Layout, Lineage, read
+    from schemas.base import TableSchema, spark_schema
+    from udfs.guard import guarded_map, guarded_schema
+
+    schema = TableSchema("toy", "1", ("episode_id", "i"), "episode_id",
+                         pa.schema([pa.field("episode_id", pa.string(), False), pa.field("i", pa.int64())]))
+
+    def per_episode(unit: pd.DataFrame) -> pd.DataFrame:
+        if unit["episode_id"].iat[0] == "bad":
+            raise RuntimeError("decoder exploded")
+        return pd.DataFrame({"episode_id": unit["episode_id"].iat[0], "i": range(int(unit["n"].iat[0]))})
+
+    ctx = StageContext(spark, PipelineConfig(), Layout(str(tmp_path)), "run1")
+    src = spark.createDataFrame(pd.DataFrame({"episode_id": ["a", "bad", "c"], "n": [3, 2, 4]}))
+    fn = guarded_map(per_episode, schema.columns, ["episode_id"])
+    result = src.repartition(3).mapInPandas(fn, spark_schema(guarded_schema(schema.arrow)))
+    outcomes = write_guarded(ctx, Lineage("run1", "1", "h"), ["a", "bad", "c"], result, schema)
+    by_id = {o.episode_id: o for o in outcomes}
+    assert (by_id["a"].status, by_id["a"].rows) == ("ok", 3)
+    assert (by_id["c"].status, by_id["c"].rows) == ("ok", 4)
+    assert by_id["bad"].status == "failed"
+    assert by_id["bad"].error == "RuntimeError: decoder exploded"
+    table = read(spark, ctx.layout, schema)
+    assert table.count() == 7
+    # Re-running replaces, never duplicates.
+    result2 = src.mapInPandas(fn, spark_schema(guarded_schema(schema.arrow)))
+    write_guarded(ctx, Lineage("run2", "1", "h"), ["a", "bad", "c"], result2, schema)
+    table = read(spark, ctx.layout, schema)
+    assert table.count() == 7
+    assert table.where(F.col("run_id") == "run2").count() == 7

@@ -1,0 +1,218 @@
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import udfs.media.probe as probe_module
+from tests.corpus import make_corpus
+from udfs.media.dedup import DedupOptions, find_duplicates
+from udfs.media.inputs import InputItem, list_inputs
+from udfs.media.probe import ProbeOptions, ProbeResult, probe, probe_with_timeout
+from udfs.media.reasons import REASONS
+from udfs.media.sidecars import Sidecars
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    root = tmp_path_factory.mktemp("corpus")
+    return root, make_corpus(root)
+
+
+@pytest.fixture(scope="module")
+def probed(corpus: tuple[Path, dict[str, str]]) -> dict[str, ProbeResult]:
+    items, _ = list_inputs(str(corpus[0]))
+    return {item.path: probe(item) for item in items}
+
+
+def _item(path: Path) -> InputItem:
+    return InputItem(str(path), "video", Sidecars())
+
+
+class TestCorpusOutcomes:
+    def test_every_entry_gets_its_expected_outcome(
+        self, corpus: tuple[Path, dict[str, str]], probed: dict[str, ProbeResult]
+    ) -> None:
+        root, expected = corpus
+        _, rejected = list_inputs(str(root))
+        outcome = {r.path: r.reason_code for r in rejected}
+        outcome |= {p: "episode" if r.ok else str(r.reason_code) for p, r in probed.items()}
+        kept = [(p, r.content_sha256, r.phashes) for p, r in probed.items() if r.ok]
+        for key, (code, _, _) in find_duplicates(kept, [], DedupOptions().max_mean_hamming).items():
+            outcome[key] = code
+        assert outcome == expected
+        assert (
+            len(set(expected.values()) - {"episode"}) >= 13
+        )  # plus awkward valid inputs (VFR, rotation, ...)
+
+    def test_rejections_are_explained(self, probed: dict[str, ProbeResult]) -> None:
+        for path, result in probed.items():
+            if result.ok:
+                assert result.reason_code is None and result.message == ""
+            else:
+                assert result.reason_code in REASONS
+                assert result.message.startswith(os.path.dirname(path)), result.message
+
+    def test_measurements_of_valid_clips(
+        self, corpus: tuple[Path, dict[str, str]], probed: dict[str, ProbeResult]
+    ) -> None:
+        root, expected = corpus
+        for path, outcome in expected.items():
+            result = probed.get(path)
+            if outcome != "episode" or result is None or result.kind != "video":
+                continue
+            frames = 60 if path.endswith("long_source.mkv") else 24 if path.endswith("vfr.mp4") else 20
+            assert result.frame_count == frames, path
+            assert (result.width, result.height) == (160, 120), path
+            assert len(result.phashes) == 8, path
+            assert len(result.content_sha256 or "") == 64
+            if not path.endswith("vfr.mp4"):
+                assert result.fps == pytest.approx(30.0, rel=2e-3), path
+                assert result.duration_s == pytest.approx(frames / 30.0, rel=2e-3), path
+                assert result.variable_frame_rate is False, path
+        clip_a = probed[str(root / "valid" / "clip_a.mp4")]
+        assert (clip_a.codec, clip_a.decoder, clip_a.has_audio, clip_a.rotation_deg) == (
+            "h264",
+            "decord",
+            False,
+            0,
+        )
+        assert clip_a.size_bytes == (root / "valid" / "clip_a.mp4").stat().st_size
+        assert clip_a.calibration_path == str(root / "valid" / "clip_a.calib.yaml")
+
+    def test_special_clips(self, corpus: tuple[Path, dict[str, str]], probed: dict[str, ProbeResult]) -> None:
+        root, _ = corpus
+        vfr = probed[str(root / "valid" / "vfr.mp4")]
+        assert vfr.variable_frame_rate is True
+        assert vfr.duration_s == pytest.approx(
+            1.220 + 0.033, abs=1e-6
+        )  # 23 steps of 33,67,20,100 ms + median step
+        rotated = probed[str(root / "valid" / "rotated.mp4")]
+        assert (rotated.rotation_deg, rotated.decoder, rotated.width, rotated.height) == (
+            90,
+            "pyav",
+            160,
+            120,
+        )
+        assert probed[str(root / "valid" / "with_audio.mp4")].has_audio is True
+        av1 = probed.get(str(root / "valid" / "clip_av1.mp4"))
+        if av1 is not None:
+            assert "av1" in str(av1.codec) or av1.codec == "libdav1d"
+        seq = probed[str(root / "sequences" / "seq_png")]
+        assert (seq.frame_count, seq.fps, seq.timing_source, seq.decoder) == (
+            12,
+            pytest.approx(20.0),
+            "timestamps.txt",
+            "opencv",
+        )
+        no_ts = probed[str(root / "sequences" / "seq_jpg_no_timestamps")]
+        assert (no_ts.frame_count, no_ts.fps, no_ts.timing_source) == (10, pytest.approx(30.0), "default fps")
+
+    def test_sampled_mode_agrees_on_valid_clips(
+        self, corpus: tuple[Path, dict[str, str]], probed: dict[str, ProbeResult]
+    ) -> None:
+        root, _ = corpus
+        opts = ProbeOptions(decode_check="sampled")
+        for name in (
+            "valid/clip_b.mkv",
+            "valid/clip_d.avi",
+            "valid/vfr.mp4",
+            "valid/rotated.mp4",
+            "bad/long_source.mkv",
+        ):
+            full = probed[str(root / name)]
+            sampled = probe(_item(root / name), opts)
+            assert sampled.ok, sampled.message
+            assert sampled.frame_count == full.frame_count, name
+            assert sampled.rotation_deg == full.rotation_deg, name
+            assert sampled.duration_s == pytest.approx(full.duration_s), name
+            assert (
+                sum(bin(a ^ b).count("1") for a, b in zip(sampled.phashes, full.phashes, strict=True))
+                <= 8 * 4
+            ), name
+
+
+class TestLimits:
+    def test_too_long_and_too_large(self, corpus: tuple[Path, dict[str, str]]) -> None:
+        root, _ = corpus
+        clip = _item(root / "valid" / "clip_b.mkv")
+        assert probe(clip, ProbeOptions(max_duration_s=0.5)).reason_code == "too_long"
+        result = probe(clip, ProbeOptions(max_size_bytes=100))
+        assert result.reason_code == "too_large" and "limit 100" in result.message
+        assert probe(clip, ProbeOptions(min_frames=21)).reason_code == "too_short"
+
+    def test_calibration_size_must_match(self, tmp_path: Path, corpus: tuple[Path, dict[str, str]]) -> None:
+        root, _ = corpus
+        calib = (root / "valid" / "clip_a.calib.yaml").read_text().replace("width: 160", "width: 320")
+        (tmp_path / "x.calib.yaml").write_text(calib)
+        item = InputItem(
+            str(root / "valid" / "clip_a.mp4"),
+            "video",
+            Sidecars(calibration_path=str(tmp_path / "x.calib.yaml")),
+        )
+        result = probe(item)
+        assert result.reason_code == "bad_sidecar" and "320x120" in result.message
+
+    def test_real_hand_video(self, shared_data: Path) -> None:
+        path = shared_data / "hands_dexretargeting" / "human_hand_video.mp4"
+        result = probe(_item(path), ProbeOptions(decode_check="sampled"))
+        assert result.ok, result.message
+        assert (result.frame_count, result.width, result.height) == (621, 1280, 720)
+        assert result.fps == pytest.approx(30.0, rel=1e-3)
+        assert result.duration_s == pytest.approx(621 / 30.0, rel=1e-3)
+
+    def test_real_image_sequence(self, shared_data: Path) -> None:
+        folder = shared_data / "euroc_v101_micro" / "mav0" / "cam0" / "data"
+        result = probe(
+            InputItem(str(folder), "image_sequence", Sidecars()), ProbeOptions(decode_check="sampled")
+        )
+        assert result.ok, result.message
+        assert (result.frame_count, result.width, result.height, result.codec) == (95, 752, 480, "png")
+
+
+def _slow_scan(*args: object, **kwargs: object) -> None:
+    Path(os.environ["EGOLAKE_TEST_PID_FILE"]).write_text(str(os.getpid()))
+    time.sleep(60)
+
+
+def _crashing_scan(*args: object, **kwargs: object) -> None:
+    faulthandler.disable()  # keep pytest's crash dump of the child out of the output
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+class TestProbeWithTimeout:
+    def test_smoke_same_as_probe(
+        self, corpus: tuple[Path, dict[str, str]], probed: dict[str, ProbeResult]
+    ) -> None:
+        root, _ = corpus
+        for name in ("valid/clip_c.mov", "bad/corrupt_middle.mkv"):
+            child = probe_with_timeout(_item(root / name), ProbeOptions(timeout_s=60))
+            assert replace(child, probe_s=0.0) == replace(probed[str(root / name)], probe_s=0.0)
+
+    def test_timeout_kills_hung_probe(
+        self, corpus: tuple[Path, dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        root, _ = corpus
+        monkeypatch.setenv("EGOLAKE_TEST_PID_FILE", str(tmp_path / "pid"))
+        monkeypatch.setattr(probe_module, "scan_video", _slow_scan)
+        started = time.monotonic()
+        result = probe_with_timeout(_item(root / "valid" / "clip_a.mp4"), ProbeOptions(timeout_s=1.0))
+        elapsed = time.monotonic() - started
+        assert result.reason_code == "decode_timeout" and not result.ok
+        assert "longer than 1 s" in result.message
+        assert 1.0 <= elapsed < 10.0
+        with pytest.raises(ProcessLookupError):
+            os.kill(int((tmp_path / "pid").read_text()), 0)
+
+    def test_crashing_decoder(
+        self, corpus: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        root, _ = corpus
+        monkeypatch.setattr(probe_module, "scan_video", _crashing_scan)
+        result = probe_with_timeout(_item(root / "valid" / "clip_a.mp4"), ProbeOptions(timeout_s=30))
+        assert result.reason_code == "decode_error" and "signal 11" in result.message
