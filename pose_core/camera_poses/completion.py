@@ -1,0 +1,187 @@
+"""Global BA over keyframes, then a pose for every frame.
+
+``bundle_adjust_keyframes`` runs one BA per tracking segment over all its keyframes (first
+keyframe and the scale fixed). ``complete_poses`` then gives each non-keyframe a pose by robust
+motion-only optimisation against the refined map, using the cached per-frame features (no
+decoding); it starts from the tracking pose moved with its segment's nearest keyframe. Frames
+that cannot be optimised get an interpolated pose, flagged as such.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pose_core.camera_poses.ba import BAOptions, BAResult, optimize_pose
+from pose_core.camera_poses.features import FrameFeatures
+from pose_core.camera_poses.tracking import TrackingResult, TrackingState, refine_keyframes
+from pose_core.geometry.camera import Camera
+from pose_core.geometry.rigid3 import interpolate_rigid, invert_rigid_matrices
+
+__all__ = ["CompletionOptions", "CompletionResult", "PoseQuality", "bundle_adjust_keyframes", "complete_poses"]
+
+logger = logging.getLogger(__name__)
+
+
+class PoseQuality(enum.IntEnum):
+    """Where a frame's final pose comes from (higher is better)."""
+
+    INTERPOLATED = 0  # fallback: interpolated/held from neighbouring posed frames
+    ROTATION_ONLY = 1  # before initialisation: rotation fitted, camera centre held (static camera)
+    MOTION_ONLY = 2  # motion-only optimisation against the bundle-adjusted map
+    KEYFRAME = 3  # keyframe pose from global bundle adjustment
+
+
+@dataclass(frozen=True)
+class CompletionOptions:
+    """Knobs of global BA and completion."""
+
+    # global BA over each segment's keyframes
+    ba: BAOptions = field(default_factory=lambda: BAOptions(max_iterations=10))
+    # residual under which an observation is an inlier, pixels
+    inlier_px: float = 3.0
+    # minimum inliers for a motion-only pose to be accepted
+    min_inliers: int = 20
+
+
+@dataclass
+class CompletionResult:
+    """A pose for every frame, with diagnostics for QA.
+
+    Attributes:
+        world_from_cam: pose per frame, ``(F, 4, 4)``, never NaN when any frame was tracked.
+        quality: ``PoseQuality`` per frame, ``(F,)`` int8.
+        tracking_state: ``TrackingState`` per frame from tracking, ``(F,)`` int8.
+        is_keyframe: keyframe flag, ``(F,)`` bool.
+        num_inliers: inliers of the final pose, ``(F,)`` int32.
+        reproj_error_px: RMS reprojection error of the inliers, ``(F,)``; NaN when unknown.
+        segment_id: tracking segment, ``(F,)`` int32.
+    """
+
+    world_from_cam: np.ndarray
+    quality: np.ndarray
+    tracking_state: np.ndarray
+    is_keyframe: np.ndarray
+    num_inliers: np.ndarray
+    reproj_error_px: np.ndarray
+    segment_id: np.ndarray
+
+
+def bundle_adjust_keyframes(result: TrackingResult, camera: Camera, opts: CompletionOptions | None = None
+                            ) -> list[BAResult]:
+    """Global BA per segment over all keyframes; updates ``result`` keyframes and points in place.
+
+    Args:
+        result: output of ``track_episode``.
+        camera: intrinsics.
+        opts: options.
+
+    Returns:
+        One solver result per segment that has at least two keyframes.
+    """
+    opts = opts or CompletionOptions()
+    seg_of_kf = np.array([result.segment_id[k.frame_idx] for k in result.keyframes], dtype=np.int64)
+    out = []
+    for seg in np.unique(seg_of_kf):
+        kfs = [k for k, s in zip(result.keyframes, seg_of_kf, strict=True) if s == seg]
+        res = refine_keyframes(kfs, result.points_in_world, camera.focal_px, 1, opts.ba, opts.inlier_px)
+        if res is not None:
+            logger.debug("global BA segment %d: %d keyframes, cost %.1f -> %.1f, converged=%s",
+                         seg, len(kfs), res.initial_cost, res.cost, res.converged)
+            out.append(res)
+    return out
+
+
+def complete_poses(
+    result: TrackingResult, features: Sequence[FrameFeatures], camera: Camera,
+    opts: CompletionOptions | None = None,
+) -> CompletionResult:
+    """A pose for every frame from the (bundle-adjusted) keyframes, map and cached features.
+
+    Args:
+        result: output of ``track_episode``, usually after ``bundle_adjust_keyframes``.
+        features: the per-frame features tracking consumed, indexed by frame.
+        camera: intrinsics.
+        opts: options.
+
+    Returns:
+        Per-frame poses, quality flags and diagnostics.
+    """
+    opts = opts or CompletionOptions()
+    n = len(result.state)
+    tracked_wfc = result.world_from_cam
+    wfc = np.full((n, 4, 4), np.nan)
+    quality = np.full(n, PoseQuality.INTERPOLATED, np.int8)
+    inliers = np.zeros(n, np.int32)
+    err = np.full(n, np.nan)
+    correction = np.full((n, 4, 4), np.nan)  # world_new_from_world_old of the latest keyframe
+    for k in result.keyframes:
+        f = k.frame_idx
+        wfc[f] = invert_rigid_matrices(k.cam_from_world)
+        quality[f], inliers[f] = PoseQuality.KEYFRAME, len(k.point_idx)
+        correction[f] = wfc[f] @ invert_rigid_matrices(tracked_wfc[f])
+    lookup = _PointLookup(result)
+    last_corr, last_seg = np.eye(4), -1
+    for f in range(n):
+        seg = int(result.segment_id[f])
+        if seg != last_seg:
+            last_corr, last_seg = np.eye(4), seg
+        if np.isfinite(correction[f]).all():
+            last_corr = correction[f]
+            continue
+        state = result.state[f]
+        if state == TrackingState.STATIC:
+            wfc[f], quality[f] = tracked_wfc[f], PoseQuality.ROTATION_ONLY
+            inliers[f] = result.num_inliers[f]
+            continue
+        if state != TrackingState.TRACKING:
+            continue
+        start = invert_rigid_matrices(last_corr @ tracked_wfc[f])
+        pidx = lookup.points_of(features[f].track_ids, seg)
+        have = pidx >= 0
+        if np.count_nonzero(have) < opts.min_inliers:
+            continue
+        xy = camera.cam_ray_from_img(features[f].uv_px[have].astype(np.float64))
+        fit = optimize_pose(start, result.points_in_world[pidx[have]], xy, camera.focal_px, opts.ba, opts.inlier_px)
+        if np.count_nonzero(fit.inliers) >= opts.min_inliers:
+            wfc[f] = invert_rigid_matrices(fit.cam_from_world)
+            quality[f], inliers[f], err[f] = PoseQuality.MOTION_ONLY, np.count_nonzero(fit.inliers), fit.rms_px
+    _fill_gaps(wfc)
+    return CompletionResult(wfc, quality, result.state.copy(), result.is_keyframe.copy(), inliers, err,
+                            result.segment_id.copy())
+
+
+class _PointLookup:
+    """Track id -> map point of a given segment."""
+
+    def __init__(self, result: TrackingResult) -> None:
+        self.order = np.lexsort((result.point_track_id, result.point_segment))
+        self.key_seg = result.point_segment[self.order]
+        self.key_track = result.point_track_id[self.order]
+
+    def points_of(self, track_ids: np.ndarray, segment: int) -> np.ndarray:
+        lo, hi = np.searchsorted(self.key_seg, segment), np.searchsorted(self.key_seg, segment, side="right")
+        tracks = self.key_track[lo:hi]
+        pos = np.searchsorted(tracks, track_ids)
+        pos_c = np.minimum(pos, max(len(tracks) - 1, 0))
+        found = (pos < len(tracks)) & (tracks[pos_c] == track_ids) if len(tracks) else np.zeros(len(track_ids), bool)
+        return np.where(found, self.order[lo:hi][pos_c] if len(tracks) else -1, -1)
+
+
+def _fill_gaps(wfc: np.ndarray) -> None:
+    """Interpolate NaN poses between posed neighbours; hold the nearest pose at the ends (in place)."""
+    ok = np.isfinite(wfc).all(axis=(1, 2))
+    if not ok.any():
+        return
+    idx = np.nonzero(ok)[0]
+    for f in np.nonzero(~ok)[0]:
+        nxt = np.searchsorted(idx, f)
+        if nxt == 0 or nxt == len(idx):
+            wfc[f] = wfc[idx[min(nxt, len(idx) - 1)]]
+            continue
+        a, b = idx[nxt - 1], idx[nxt]
+        wfc[f] = interpolate_rigid(wfc[a], wfc[b], np.array([(f - a) / (b - a)]))[0]
