@@ -126,7 +126,9 @@ class VideoWriter:
             if os.path.exists(self.path):
                 os.remove(self.path)
             raise ValueError(f"no frames were written to {self.path}")
-        logger.debug("wrote %d frames to %s (%s, %s)", self.count, self.path, self.opts.codec, self.opts.pix_fmt)
+        logger.debug(
+            "wrote %d frames to %s (%s, %s)", self.count, self.path, self.opts.codec, self.opts.pix_fmt
+        )
 
     def __enter__(self) -> VideoWriter:
         return self
@@ -184,8 +186,11 @@ def _open_stream(
         raise ShapeError(f"frame 0 must be RGB uint8, got dtype {first.dtype}", first.shape, "(H, W, 3)")
     height, width = first.shape[:2]
     if opts.pix_fmt in _SUBSAMPLED_420 and (height % 2 or width % 2):
-        raise ShapeError(f"{opts.pix_fmt} needs even width and height; crop or pad the frames",
-                         first.shape, "(even H, even W, 3)")
+        raise ShapeError(
+            f"{opts.pix_fmt} needs even width and height; crop or pad the frames",
+            first.shape,
+            "(even H, even W, 3)",
+        )
     stream = container.add_stream(opts.codec, rate=rate)
     stream.width, stream.height, stream.pix_fmt = width, height, opts.pix_fmt
     stream.codec_context.time_base = _VFR_TIME_BASE if variable_rate else 1 / rate
@@ -205,5 +210,8 @@ def _open_stream(
 def _check_frame(frame: NDArray[np.uint8], height: int, width: int, index: int) -> None:
     """Raise ShapeError unless `frame` is RGB uint8 of the stream's size."""
     if frame.shape != (height, width, 3) or frame.dtype != np.uint8:
-        raise ShapeError(f"frame {index} must be RGB uint8 like frame 0, got dtype {frame.dtype}",
-                         frame.shape, f"({height}, {width}, 3)")
+        raise ShapeError(
+            f"frame {index} must be RGB uint8 like frame 0, got dtype {frame.dtype}",
+            frame.shape,
+            f"({height}, {width}, 3)",
+        )

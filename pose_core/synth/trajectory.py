@@ -1,0 +1,270 @@
+"""Head-mounted camera trajectory and the wearer's body, as C2-smooth functions of time.
+
+Convention:
+    World frame of `pose_core.synth.scene` (z up, gravity -z). `world_from_cam` maps OpenCV camera
+    coordinates (x right, y down, z forward) to world. Its rotation is
+    `Rz(yaw) @ R_LEVEL @ Rx(-pitch_down) @ Rz(roll)`: at yaw = pitch = roll = 0 the camera looks
+    along world +y with its x axis along world +x. Positive yaw turns the view to the wearer's left.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pose_core.errors import ShapeError
+from pose_core.synth.smooth import SmoothSignal
+
+__all__ = ["HeadTrajectory", "TrajectoryOptions", "TrajectorySample", "make_head_trajectory"]
+
+logger = logging.getLogger(__name__)
+
+FloatArray = NDArray[np.float64]
+
+# Camera axes of the level, yaw-0 camera in world coordinates (columns: cam x, cam y, cam z).
+R_LEVEL = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])
+
+
+@dataclass(frozen=True)
+class TrajectoryOptions:
+    """Knobs of the head and body motion."""
+
+    # Mean head (camera) position (x, y, z), metres, world frame.
+    head_position_m: tuple[float, float, float] = (0.0, -0.22, 1.6)
+    # Mean downward pitch of the camera, radians (50 deg).
+    pitch_down_rad: float = 0.873
+    # Slow pitch sway amplitude, radians, and its frequency, Hz.
+    pitch_sway_rad: float = 0.10
+    pitch_sway_hz: float = 0.23
+    # Slow yaw sway amplitude, radians, and its frequency, Hz (the torso follows this, not head turns).
+    yaw_sway_rad: float = 0.12
+    yaw_sway_hz: float = 0.11
+    # Roll sway amplitude, radians, and frequency, Hz.
+    roll_sway_rad: float = 0.05
+    roll_sway_hz: float = 0.17
+    # Walking along the table (world x): each walk moves by a uniform amount in this range, metres ...
+    walk_step_range_m: tuple[float, float] = (0.25, 0.5)
+    # ... takes this long, seconds ...
+    walk_duration_s: float = 1.6
+    # ... and the head never leaves [-walk_limit_m, walk_limit_m] around the mean x.
+    walk_limit_m: float = 0.45
+    # Time between the starts of consecutive walks, seconds (uniform range).
+    walk_interval_s: tuple[float, float] = (2.5, 5.0)
+    # Vertical head bob amplitude, metres, and its frequency, Hz (about the step rate).
+    bob_amplitude_m: float = 0.012
+    bob_hz: float = 1.8
+    # Forward/back lean amplitude, metres, and frequency, Hz.
+    lean_amplitude_m: float = 0.03
+    lean_hz: float = 0.3
+    # Fast head turns: peak yaw rate, rad/s (180 deg/s) ...
+    turn_peak_rate_rad_s: float = 3.14
+    # ... turn angle range, radians (uniform; the sign is random) ...
+    turn_angle_range_rad: tuple[float, float] = (0.45, 0.8)
+    # ... time spent looking away before turning back, seconds (uniform range) ...
+    turn_hold_s: tuple[float, float] = (0.2, 0.8)
+    # ... time of the first turn and the interval between turn starts, seconds.
+    first_turn_s: float = 0.6
+    turn_interval_s: tuple[float, float] = (2.5, 4.5)
+    # Body: neck base relative to the head in the torso frame (right, forward, up), metres.
+    neck_from_head_m: tuple[float, float, float] = (0.0, -0.06, -0.22)
+    # Half the shoulder width, metres, and shoulder drop below the neck base, metres.
+    shoulder_half_width_m: float = 0.18
+    shoulder_drop_m: float = 0.03
+
+
+@dataclass(frozen=True)
+class TrajectorySample:
+    """The camera's motion at a set of times.
+
+    Attributes:
+        ts_s: times, seconds, `(N,)`.
+        world_from_cam: camera poses, `(N, 4, 4)`.
+        velocity_world: camera centre velocity, m/s, world frame, `(N, 3)`.
+        accel_world: camera centre acceleration (without gravity), m/s^2, world frame, `(N, 3)`.
+        gyro_cam: angular velocity of the camera in its own frame, rad/s, `(N, 3)`.
+    """
+
+    ts_s: FloatArray
+    world_from_cam: FloatArray
+    velocity_world: FloatArray
+    accel_world: FloatArray
+    gyro_cam: FloatArray
+
+
+@dataclass(frozen=True)
+class HeadTrajectory:
+    """Head pose and body as smooth functions of time.
+
+    Attributes:
+        position: x, y, z of the camera centre, metres, world frame.
+        yaw: head yaw, radians, including fast turns.
+        pitch_down: downward pitch, radians.
+        roll: roll about the optical axis, radians.
+        torso_yaw: yaw of the torso, radians (the slow part of the head yaw).
+        options: the options it was made from.
+    """
+
+    position: tuple[SmoothSignal, SmoothSignal, SmoothSignal]
+    yaw: SmoothSignal
+    pitch_down: SmoothSignal
+    roll: SmoothSignal
+    torso_yaw: SmoothSignal
+    options: TrajectoryOptions
+
+    def sample(self, ts_s: FloatArray) -> TrajectorySample:
+        """Pose, velocity, acceleration and body-frame angular velocity at `ts_s`.
+
+        Args:
+            ts_s: times, seconds, `(N,)`.
+
+        Returns:
+            The sampled motion (analytic derivatives, no finite differences).
+        """
+        ts = _check_times(ts_s)
+        pos = [sig.evaluate(ts) for sig in self.position]
+        yaw, yaw_d, _ = self.yaw.evaluate(ts)
+        pitch, pitch_d, _ = self.pitch_down.evaluate(ts)
+        roll, roll_d, _ = self.roll.evaluate(ts)
+        r_yaw = _rot(2, yaw)
+        r_pitch = _rot(0, -pitch)
+        r_roll = _rot(2, roll)
+        rot = r_yaw @ R_LEVEL @ r_pitch @ r_roll
+        # omega_cam = R_roll^T R_pitch^T R_LEVEL^T (yaw' e_z) + R_roll^T (-pitch' e_x) + roll' e_z.
+        ez = np.array([0.0, 0.0, 1.0])
+        ex = np.array([1.0, 0.0, 0.0])
+        r_roll_t = np.swapaxes(r_roll, 1, 2)
+        yaw_term = np.einsum("nij,nkj,lk,l->ni", r_roll_t, r_pitch, R_LEVEL, ez) * yaw_d[:, None]
+        pitch_term = (r_roll_t @ ex) * -pitch_d[:, None]
+        gyro = yaw_term + pitch_term + ez * roll_d[:, None]
+        world_from_cam = np.tile(np.eye(4), (len(ts), 1, 1))
+        world_from_cam[:, :3, :3] = rot
+        world_from_cam[:, :3, 3] = np.stack([p[0] for p in pos], axis=1)
+        return TrajectorySample(
+            ts_s=ts,
+            world_from_cam=world_from_cam,
+            velocity_world=np.stack([p[1] for p in pos], axis=1),
+            accel_world=np.stack([p[2] for p in pos], axis=1),
+            gyro_cam=gyro,
+        )
+
+    def shoulders_world(self, ts_s: FloatArray) -> FloatArray:
+        """Wearer-left and wearer-right shoulder positions.
+
+        Args:
+            ts_s: times, seconds, `(N,)`.
+
+        Returns:
+            Shoulders, metres, world frame, `(N, 2, 3)`; index 0 is wearer-left, 1 wearer-right.
+        """
+        ts = _check_times(ts_s)
+        opts = self.options
+        head = np.stack([sig.evaluate(ts)[0] for sig in self.position], axis=1)
+        r_torso = _rot(2, self.torso_yaw.evaluate(ts)[0])
+        # Torso frame columns: right (world +x at yaw 0), forward (+y), up (+z).
+        neck = head + r_torso @ np.asarray(opts.neck_from_head_m)
+        side = np.array(
+            [
+                [-opts.shoulder_half_width_m, 0.0, -opts.shoulder_drop_m],
+                [opts.shoulder_half_width_m, 0.0, -opts.shoulder_drop_m],
+            ]
+        )
+        return neck[:, None, :] + np.einsum("nij,sj->nsi", r_torso, side)
+
+
+def make_head_trajectory(
+    duration_s: float, opts: TrajectoryOptions, rng: np.random.Generator
+) -> HeadTrajectory:
+    """Random head trajectory: sways, head bob, walks along the table and fast head turns.
+
+    Args:
+        duration_s: length of the episode, seconds; events are scheduled within it.
+        opts: motion knobs.
+        rng: random source.
+
+    Returns:
+        The trajectory; its yaw reaches `opts.turn_peak_rate_rad_s` during each fast turn.
+
+    Raises:
+        ValueError: if `duration_s` is not positive.
+    """
+    if duration_s <= 0.0:
+        raise ValueError(f"duration_s must be positive, got {duration_s}")
+    hx, hy, hz = opts.head_position_m
+    walks = _walk_steps(duration_s, opts, rng)
+    turns = _turn_steps(duration_s, opts, rng)
+    phase = rng.uniform(0.0, 2.0 * np.pi, 6)
+    yaw_sway = ((opts.yaw_sway_rad, opts.yaw_sway_hz, phase[0]),)
+    position = (
+        SmoothSignal(hx, ((0.3 * opts.bob_amplitude_m, opts.bob_hz / 2.0, phase[1]),), walks),
+        SmoothSignal(hy, ((opts.lean_amplitude_m, opts.lean_hz, phase[2]),)),
+        SmoothSignal(hz, ((opts.bob_amplitude_m, opts.bob_hz, phase[3]),)),
+    )
+    logger.debug("trajectory: %d walks, %d fast turns over %.2f s", len(walks), len(turns) // 2, duration_s)
+    return HeadTrajectory(
+        position=position,
+        yaw=SmoothSignal(0.0, yaw_sway, turns),
+        pitch_down=SmoothSignal(opts.pitch_down_rad, ((opts.pitch_sway_rad, opts.pitch_sway_hz, phase[4]),)),
+        roll=SmoothSignal(0.0, ((opts.roll_sway_rad, opts.roll_sway_hz, phase[5]),)),
+        torso_yaw=SmoothSignal(0.0, yaw_sway),
+        options=opts,
+    )
+
+
+def _walk_steps(
+    duration_s: float, opts: TrajectoryOptions, rng: np.random.Generator
+) -> tuple[tuple[float, float, float], ...]:
+    """Quintic steps of the walk along x, kept within +-walk_limit_m."""
+    steps = []
+    x = 0.0
+    t = rng.uniform(*opts.walk_interval_s) / 2.0
+    while t < duration_s:
+        dist = rng.uniform(*opts.walk_step_range_m)
+        direction = -np.sign(x) if abs(x) + dist > opts.walk_limit_m else rng.choice((-1.0, 1.0))
+        if x == 0.0 and direction == 0.0:
+            direction = 1.0
+        steps.append((t, opts.walk_duration_s, float(direction * dist)))
+        x += direction * dist
+        t += rng.uniform(*opts.walk_interval_s)
+    return tuple(steps)
+
+
+def _turn_steps(
+    duration_s: float, opts: TrajectoryOptions, rng: np.random.Generator
+) -> tuple[tuple[float, float, float], ...]:
+    """Pairs of quintic yaw steps (turn away, turn back) peaking at `turn_peak_rate_rad_s`."""
+    steps = []
+    t = opts.first_turn_s
+    while t < duration_s:
+        angle = rng.uniform(*opts.turn_angle_range_rad) * rng.choice((-1.0, 1.0))
+        # A quintic step of size A over T peaks at 15/8 A / T.
+        turn_s = 15.0 / 8.0 * abs(angle) / opts.turn_peak_rate_rad_s
+        back_s = turn_s * rng.uniform(1.0, 1.6)
+        hold = rng.uniform(*opts.turn_hold_s)
+        steps.append((t, turn_s, float(angle)))
+        steps.append((t + turn_s + hold, back_s, float(-angle)))
+        t += rng.uniform(*opts.turn_interval_s)
+    return tuple(steps)
+
+
+def _rot(axis: int, angle: FloatArray) -> FloatArray:
+    """Rotations by `angle` (radians, `(N,)`) about coordinate axis `axis`, `(N, 3, 3)`."""
+    c, s = np.cos(angle), np.sin(angle)
+    i, j = [(1, 2), (2, 0), (0, 1)][axis]
+    out = np.zeros((len(angle), 3, 3))
+    out[:, axis, axis] = 1.0
+    out[:, i, i] = c
+    out[:, j, j] = c
+    out[:, i, j] = -s
+    out[:, j, i] = s
+    return out
+
+
+def _check_times(ts_s: FloatArray) -> FloatArray:
+    """Validate a 1-D float time array and return it as float64."""
+    ts = np.asarray(ts_s, dtype=np.float64)
+    if ts.ndim != 1:
+        raise ShapeError("times must be 1-D", ts.shape, "(N,)")
+    return ts
