@@ -1,0 +1,271 @@
+"""Embodiment profiles: a robot's URDF plus how human hand motion maps onto it.
+
+A profile is a YAML file (``conf/embodiments/<name>.yaml``, every key documented there). It names
+its URDF relative to a *robots root*, never by absolute path; the root is the ``robots_dir``
+argument, else the ``EGOLAKE_ROBOTS_DIR`` environment variable. ``package://NAME/...`` URIs map to
+``robots_dir / packages[NAME]``, or to the caller's ``package_map`` (absolute folders) when given.
+
+Convention:
+    ``world`` is the human world frame of ``hands_world``; the robot base stands at
+    ``world_from_base``. Workspace scaling maps a wrist position ``p`` (base frame) to
+    ``center + scale * (p - center)``; rotations are not scaled. The tool frame (TCP) is rigidly
+    attached to ``ee_link`` by ``ee_from_tcp``, and the human wrist frame (see
+    `pose_core.retarget.wrist`) relates to it by the rotation ``tcp_from_wrist``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from numpy.typing import NDArray
+
+from pose_core.errors import InputError
+from pose_core.retarget.kinematics import KinematicModel
+from pose_core.retarget.urdf import UrdfModel, matrix_from_xyz_rpy, read_urdf, resolve_package_uri
+
+__all__ = [
+    "ROBOTS_DIR_ENV",
+    "Embodiment",
+    "GripperMapping",
+    "KeypointVector",
+    "load_embodiment",
+]
+
+logger = logging.getLogger(__name__)
+
+FloatArray = NDArray[np.float64]
+
+ROBOTS_DIR_ENV = "EGOLAKE_ROBOTS_DIR"
+_ARM_KEYS = {"ee_link", "ee_from_tcp", "tcp_from_wrist_rpy", "gripper", "reach", "workspace", "world_from_base"}
+_HAND_KEYS = {"vectors", "hand_from_wrist_rpy", "keypoint_scale"}
+_COMMON_KEYS = {"name", "kind", "urdf", "packages", "base_link", "home", "joints", "velocity_scale",
+                "action_space", "control_fps"}
+
+
+@dataclass(frozen=True)
+class GripperMapping:
+    """Grip aperture (thumb to index tip, metres) to gripper command, linear and clipped.
+
+    Attributes:
+        joint: URDF joint the command drives, or None for a normalised command.
+        closed: command when the aperture is at most ``aperture_closed_m``.
+        open: command when the aperture is at least ``aperture_open_m``.
+        aperture_closed_m: human aperture that means closed.
+        aperture_open_m: human aperture that means fully open.
+        velocity: largest command speed, units/s (the joint's URDF limit unless overridden).
+    """
+
+    joint: str | None
+    closed: float
+    open: float
+    aperture_closed_m: float
+    aperture_open_m: float
+    velocity: float
+
+    def command(self, aperture_m: FloatArray) -> FloatArray:
+        """Command per frame, ``(F,)`` from apertures ``(F,)`` (NaN stays NaN)."""
+        frac = np.clip((np.asarray(aperture_m, np.float64) - self.aperture_closed_m)
+                       / (self.aperture_open_m - self.aperture_closed_m), 0.0, 1.0)
+        return self.closed + frac * (self.open - self.closed)
+
+
+@dataclass(frozen=True)
+class KeypointVector:
+    """One vector a dexterous hand must reproduce: human ``k_origin -> k_task`` vs robot ``origin -> task``.
+
+    Attributes:
+        origin_link: robot link the vector starts at.
+        task_link: robot link it ends at.
+        origin_keypoint: MediaPipe index of the human start point.
+        task_keypoint: MediaPipe index of the human end point.
+        weight: relative weight in the least-squares fit.
+    """
+
+    origin_link: str
+    task_link: str
+    origin_keypoint: int
+    task_keypoint: int
+    weight: float
+
+
+@dataclass(frozen=True)
+class Embodiment:
+    """A loaded profile.
+
+    Attributes:
+        name: profile name (``so101``, ``panda``...).
+        kind: ``arm`` (wrist pose + gripper) or ``hand`` (keypoint vectors).
+        urdf: the parsed URDF.
+        model: kinematics of the controlled links; ``model.joint_names`` are the action joints.
+        lower: joint lower limits after overrides, ``(J,)``.
+        upper: joint upper limits after overrides, ``(J,)``.
+        velocity: joint speed limits used (URDF or override, times ``velocity_scale``), ``(J,)``.
+        home: rest configuration, ``(J,)``.
+        control_fps: robot control rate, Hz.
+        action_space: names of the action parts (``joint_positions``, ``ee_pose``).
+        ee_from_tcp: tool frame in the end-effector link, ``(4, 4)`` (arms).
+        tcp_from_wrist: human wrist frame in the tool frame, rotation only, ``(4, 4)`` (arms).
+        world_from_base: default robot base pose in the human world frame, ``(4, 4)`` (arms).
+        workspace_scale: position scale about ``workspace_center_in_base_m`` (arms).
+        workspace_center_in_base_m: scaling centre, base frame, metres, ``(3,)`` (arms).
+        reach_position_tol_m: a frame is reachable when its tool position error is at most this.
+        reach_orientation_tol_rad: and its rotation error at most this (None: orientation not checked).
+        gripper: the gripper mapping (arms) or None.
+        vectors: keypoint vectors (hands).
+        hand_from_wrist: human wrist frame in the robot hand's base frame, rotation, ``(4, 4)`` (hands).
+        keypoint_scale: robot-hand size over human-hand size (hands).
+    """
+
+    name: str
+    kind: str
+    urdf: UrdfModel
+    model: KinematicModel
+    lower: FloatArray
+    upper: FloatArray
+    velocity: FloatArray
+    home: FloatArray
+    control_fps: float
+    action_space: tuple[str, ...]
+    ee_from_tcp: FloatArray
+    tcp_from_wrist: FloatArray
+    world_from_base: FloatArray
+    workspace_scale: float
+    workspace_center_in_base_m: FloatArray
+    reach_position_tol_m: float
+    reach_orientation_tol_rad: float | None
+    gripper: GripperMapping | None
+    vectors: tuple[KeypointVector, ...]
+    hand_from_wrist: FloatArray
+    keypoint_scale: float
+
+
+def _pose(spec: Mapping[str, Any] | None) -> FloatArray:
+    spec = spec or {}
+    return matrix_from_xyz_rpy(spec.get("xyz", (0.0, 0.0, 0.0)), spec.get("rpy", (0.0, 0.0, 0.0)))
+
+
+def _rotation(rpy: Any) -> FloatArray:
+    return matrix_from_xyz_rpy((0.0, 0.0, 0.0), rpy if rpy is not None else (0.0, 0.0, 0.0))
+
+
+def _resolve_root(robots_dir: Path | str | None, profile_path: Path) -> Path:
+    root = robots_dir if robots_dir is not None else os.environ.get(ROBOTS_DIR_ENV)
+    if root is None:
+        raise InputError("robots_dir_unset",
+                         f"no robots root: pass robots_dir or set {ROBOTS_DIR_ENV} to the folder "
+                         "that holds the URDFs (see conf/embodiments/README.md)", str(profile_path))
+    return Path(root)
+
+
+def _check_keys(raw: Mapping[str, Any], path: Path) -> None:
+    problems = []
+    kind = raw.get("kind")
+    if kind not in ("arm", "hand"):
+        problems.append(f"kind must be 'arm' or 'hand', got {kind!r}")
+    allowed = _COMMON_KEYS | (_ARM_KEYS if kind == "arm" else _HAND_KEYS)
+    problems += [f"unknown key {k!r}" for k in sorted(set(raw) - allowed)]
+    problems += [f"missing key {k!r}" for k in ("name", "urdf", "home") if k not in raw]
+    if kind == "arm" and "ee_link" not in raw:
+        problems.append("missing key 'ee_link'")
+    if kind == "hand" and not raw.get("vectors"):
+        problems.append("missing key 'vectors'")
+    if problems:
+        raise InputError("profile_invalid", "; ".join(problems), str(path))
+
+
+def _limits(raw: Mapping[str, Any], model: KinematicModel, path: Path) -> tuple[FloatArray, FloatArray, FloatArray]:
+    lower, upper, velocity = model.lower.copy(), model.upper.copy(), model.velocity.copy()
+    overrides = raw.get("joints") or {}
+    unknown = sorted(set(overrides) - set(model.joint_names))
+    if unknown:
+        raise InputError("profile_invalid", f"joint overrides for unknown joints {unknown}", str(path))
+    for i, name in enumerate(model.joint_names):
+        spec = overrides.get(name, {})
+        lower[i] = float(spec.get("lower", lower[i]))
+        upper[i] = float(spec.get("upper", upper[i]))
+        velocity[i] = float(spec.get("velocity", velocity[i]))
+    if np.any(lower > upper) or not np.all(np.isfinite(velocity)):
+        raise InputError("profile_invalid", "joint limits need lower <= upper and finite velocities "
+                         "(give 'velocity' in 'joints' where the URDF has none)", str(path))
+    return lower, upper, velocity * float(raw.get("velocity_scale", 1.0))
+
+
+def _gripper(spec: Mapping[str, Any] | None, urdf: UrdfModel) -> GripperMapping | None:
+    if not spec:
+        return None
+    joint = spec.get("joint")
+    velocity = float(spec.get("velocity", urdf.joint(joint).velocity if joint else math.inf))
+    return GripperMapping(joint, float(spec["closed"]), float(spec["open"]), float(spec["aperture_closed_m"]),
+                          float(spec["aperture_open_m"]), velocity)
+
+
+def load_embodiment(
+    profile_path: Path | str,
+    robots_dir: Path | str | None = None,
+    package_map: Mapping[str, Path | str] | None = None,
+) -> Embodiment:
+    """Load a profile and its URDF.
+
+    Args:
+        profile_path: the YAML profile.
+        robots_dir: robots root; default ``$EGOLAKE_ROBOTS_DIR``.
+        package_map: ``package://`` name -> folder; default the profile's ``packages`` under the root.
+
+    Returns:
+        The embodiment.
+
+    Raises:
+        InputError: ``profile_invalid`` (every problem listed), ``robots_dir_unset``, ``urdf_missing``,
+            ``urdf_invalid`` or ``package_unknown``.
+    """
+    path = Path(profile_path)
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    _check_keys(raw, path)
+    root = _resolve_root(robots_dir, path)
+    packages = {k: Path(v) for k, v in (package_map or {}).items()} or {
+        k: root / v for k, v in (raw.get("packages") or {}).items()}
+    urdf_path = resolve_package_uri(str(raw["urdf"]), packages, root)
+    urdf = read_urdf(urdf_path)
+    vectors = tuple(KeypointVector(v["origin_link"], v["task_link"], int(v["origin_keypoint"]),
+                                   int(v["task_keypoint"]), float(v.get("weight", 1.0)))
+                    for v in raw.get("vectors") or ())
+    frames = [raw["ee_link"]] if raw["kind"] == "arm" else sorted(
+        {v.origin_link for v in vectors} | {v.task_link for v in vectors})
+    try:
+        model = KinematicModel(urdf, frames, base_link=raw.get("base_link"))
+    except KeyError as exc:
+        raise InputError("profile_invalid", str(exc), str(path)) from exc
+    lower, upper, velocity = _limits(raw, model, path)
+    home = np.asarray(raw["home"], dtype=np.float64)
+    if home.shape != (model.num_joints,) or np.any(home < lower) or np.any(home > upper):
+        raise InputError("profile_invalid", f"home must be {model.num_joints} values within the limits of "
+                         f"{model.joint_names}", str(path))
+    workspace = raw.get("workspace") or {}
+    reach = raw.get("reach") or {}
+    tol_rad = reach.get("orientation_tol_rad", math.radians(5.0))
+    logger.info("embodiment %s: %d joints %s from %s", raw["name"], model.num_joints, model.joint_names, urdf_path)
+    return Embodiment(
+        name=str(raw["name"]), kind=str(raw["kind"]), urdf=urdf, model=model,
+        lower=lower, upper=upper, velocity=velocity, home=home,
+        control_fps=float(raw.get("control_fps", 30.0)),
+        action_space=tuple(raw.get("action_space", ("joint_positions",))),
+        ee_from_tcp=_pose(raw.get("ee_from_tcp")),
+        tcp_from_wrist=_rotation(raw.get("tcp_from_wrist_rpy")),
+        world_from_base=_pose(raw.get("world_from_base")),
+        workspace_scale=float(workspace.get("scale", 1.0)),
+        workspace_center_in_base_m=np.asarray(workspace.get("center_in_base_m", (0.0, 0.0, 0.0)), np.float64),
+        reach_position_tol_m=float(reach.get("position_tol_m", 0.01)),
+        reach_orientation_tol_rad=None if tol_rad is None else float(tol_rad),
+        gripper=_gripper(raw.get("gripper"), urdf),
+        vectors=vectors,
+        hand_from_wrist=_rotation(raw.get("hand_from_wrist_rpy")),
+        keypoint_scale=float(raw.get("keypoint_scale", 1.0)),
+    )

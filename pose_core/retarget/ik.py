@@ -1,0 +1,236 @@
+"""Batched damped-least-squares inverse kinematics with box bounds and a position-first priority.
+
+Convention:
+    Targets are ``base_from_target (B, 4, 4)`` in the robot base frame, metres. The pose error of a
+    link is ``e_p = p_target - p_link`` (metres, base frame) and ``e_r = log(R_target @ R_link^T)``
+    (radians, rotation vector in the base frame), matching the Jacobian rows of
+    `pose_core.retarget.kinematics`. Position is the primary task; orientation is solved in the
+    null space of the position task, so an arm with fewer than 6 joints (SO-100/101: 5) follows
+    the position and gets the closest orientation it can, in the least-squares sense of ``e_r``.
+    Bounds ``lower <= q <= upper`` are per batch row: joint limits intersected with a velocity box.
+    Each step clamps the joints that would cross a bound, removes them and re-solves for the rest
+    (a small active-set loop), then scales the step to ``max_step``; the result never leaves the box.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pose_core.errors import ShapeError
+from pose_core.retarget.kinematics import KinematicModel
+
+__all__ = [
+    "IKOptions",
+    "IKSolution",
+    "bounded_dls_step",
+    "pose_errors",
+    "solve_pose_ik",
+]
+
+logger = logging.getLogger(__name__)
+
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+
+_SIN_EPS = 1e-9  # below this |sin(angle)| the rotation axis comes from R + I instead
+
+
+@dataclass(frozen=True)
+class IKOptions:
+    """Knobs of the DLS solver."""
+
+    # Most DLS iterations per solve.
+    max_iters: int = 40
+    # Damping of the position task, metres (Tikhonov lambda); small: targets are mostly reachable.
+    position_damping_m: float = 1e-3
+    # Damping of the orientation task, radians; larger, because a 5-DoF arm has a null direction there.
+    orientation_damping_rad: float = 1e-2
+    # Largest change of any joint in one iteration, rad or m (a trust region).
+    max_step: float = 0.3
+    # A solve stops when every row is within these errors (or has stopped moving, see step_tol).
+    position_tol_m: float = 1e-4
+    orientation_tol_rad: float = 1e-3
+    # A row whose largest joint step falls below this counts as settled (orientation out of reach).
+    step_tol: float = 1e-6
+    # Re-solves per step after clamping joints that would cross a bound.
+    active_set_passes: int = 3
+    # Fraction of the way to the posture (home) taken per iteration in the null space of both tasks;
+    # it keeps a redundant arm's elbow sensible and moves a stretched-out arm off its singularity.
+    posture_gain: float = 0.05
+
+
+@dataclass(frozen=True)
+class IKSolution:
+    """Result of a batched IK solve.
+
+    Attributes:
+        joint_positions: solution, rad or m, ``(B, J)``; always inside the bounds.
+        position_error_m: distance to the target position, ``(B,)``.
+        orientation_error_rad: geodesic angle to the target rotation, ``(B,)``.
+        iterations: iterations run.
+        converged: rows within both tolerances, ``(B,)``.
+    """
+
+    joint_positions: FloatArray
+    position_error_m: FloatArray
+    orientation_error_rad: FloatArray
+    iterations: int
+    converged: BoolArray
+
+
+def pose_errors(base_from_link: FloatArray, base_from_target: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Position and rotation errors that take a link to its target.
+
+    Args:
+        base_from_link: current poses, ``(..., 4, 4)``.
+        base_from_target: target poses, ``(..., 4, 4)``.
+
+    Returns:
+        ``e_p`` metres ``(..., 3)`` and ``e_r`` rotation vector, radians ``(..., 3)``, both in the base frame;
+        ``|e_r|`` is the geodesic angle in ``[0, pi]``.
+    """
+    e_p = base_from_target[..., :3, 3] - base_from_link[..., :3, 3]
+    r = base_from_target[..., :3, :3] @ np.swapaxes(base_from_link[..., :3, :3], -1, -2)
+    vee = 0.5 * np.stack([r[..., 2, 1] - r[..., 1, 2], r[..., 0, 2] - r[..., 2, 0],
+                          r[..., 1, 0] - r[..., 0, 1]], axis=-1)
+    sin_a = np.linalg.norm(vee, axis=-1)
+    cos_a = 0.5 * (np.trace(r, axis1=-2, axis2=-1) - 1.0)
+    angle = np.arctan2(sin_a, cos_a)
+    axis = vee / np.maximum(sin_a, _SIN_EPS)[..., None]
+    near_pi = (sin_a < _SIN_EPS) & (cos_a < 0.0)
+    if np.any(near_pi):
+        sym = r[near_pi] + np.eye(3)
+        cols = np.take_along_axis(sym, np.argmax(np.linalg.norm(sym, axis=-2), axis=-1)[:, None, None]
+                                  .repeat(3, axis=-2), axis=-1)[..., 0]
+        axis[near_pi] = cols / np.linalg.norm(cols, axis=-1, keepdims=True)
+    small = sin_a < _SIN_EPS
+    e_r = np.where(small[..., None] & ~near_pi[..., None], vee, axis * angle[..., None])
+    return e_p, e_r
+
+
+def _damped_pinv(jac: FloatArray, damping: float) -> FloatArray:
+    """``J^T (J J^T + lambda^2 I)^-1``, ``(B, J, M)`` for ``jac (B, M, J)``."""
+    gram = jac @ np.swapaxes(jac, -1, -2) + damping**2 * np.eye(jac.shape[-2])
+    return np.swapaxes(np.linalg.solve(gram, jac), -1, -2)
+
+
+def bounded_dls_step(  # noqa: PLR0913 - two tasks and a box are the interface
+    jac_primary: FloatArray,
+    err_primary: FloatArray,
+    jac_secondary: FloatArray | None,
+    err_secondary: FloatArray | None,
+    q: FloatArray,
+    bounds: tuple[FloatArray, FloatArray],
+    opts: IKOptions,
+    posture: FloatArray | None = None,
+) -> FloatArray:
+    """One prioritised DLS step that stays inside a box.
+
+    Args:
+        jac_primary: primary task Jacobian, ``(B, M, J)`` (metres per joint unit).
+        err_primary: primary task error, ``(B, M)``.
+        jac_secondary: optional secondary task Jacobian ``(B, S, J)``, solved in the primary's null space.
+        err_secondary: its error ``(B, S)``.
+        q: current joints, inside the bounds, ``(B, J)``.
+        bounds: ``(lower, upper)``, each ``(B, J)``.
+        opts: damping, step size, active-set passes and posture gain.
+        posture: optional rest joints ``(B, J)`` pulled towards in the null space of both tasks.
+
+    Returns:
+        The step ``dq (B, J)`` with ``lower <= q + dq <= upper``.
+    """
+    lower, upper = bounds
+    free = np.ones(q.shape, dtype=bool)
+    fixed_dq = np.zeros_like(q)
+    eye = np.eye(q.shape[1])
+    dq = fixed_dq
+    for _ in range(opts.active_set_passes + 1):
+        mask = free[:, None, :]
+        jp = jac_primary * mask
+        pinv_p = _damped_pinv(jp, opts.position_damping_m)
+        ep = err_primary - np.einsum("bmj,bj->bm", jac_primary, fixed_dq)
+        dq = np.einsum("bjm,bm->bj", pinv_p, ep)
+        if jac_secondary is not None and err_secondary is not None:
+            null = (eye - pinv_p @ jp) * mask * np.swapaxes(mask, -1, -2)
+            js = jac_secondary * mask
+            es = (err_secondary - np.einsum("bsj,bj->bs", jac_secondary, fixed_dq)
+                  - np.einsum("bsj,bj->bs", js, dq))
+            pinv_s = _damped_pinv(js @ null, opts.orientation_damping_rad)
+            dq = dq + np.einsum("bij,bj->bi", null, np.einsum("bjs,bs->bj", pinv_s, es))
+        if posture is not None:
+            both = np.concatenate([jp, jac_secondary * mask], axis=1) if jac_secondary is not None else jp
+            null_all = (eye - _damped_pinv(both, opts.position_damping_m) @ both) * mask * np.swapaxes(mask, -1, -2)
+            dq = dq + opts.posture_gain * np.einsum("bij,bj->bi", null_all, posture - q)
+        dq = np.where(free, dq, fixed_dq)
+        target = q + dq
+        over = free & ((target < lower) | (target > upper))
+        if not np.any(over):
+            break
+        fixed_dq = np.where(over, np.clip(target, lower, upper) - q, fixed_dq)
+        free &= ~over
+    largest = np.max(np.abs(dq), axis=1, keepdims=True)
+    dq = dq * np.minimum(1.0, opts.max_step / np.maximum(largest, 1e-300))
+    return np.clip(q + dq, lower, upper) - q
+
+
+def _check_inputs(model: KinematicModel, base_from_target: FloatArray, seed: FloatArray) -> None:
+    if base_from_target.ndim != 3 or base_from_target.shape[1:] != (4, 4):
+        raise ShapeError("base_from_target", base_from_target.shape, "(B, 4, 4)")
+    if seed.shape != (base_from_target.shape[0], model.num_joints):
+        raise ShapeError("seed joints", seed.shape, f"({base_from_target.shape[0]}, {model.num_joints})")
+
+
+def solve_pose_ik(  # noqa: PLR0913 - model, target, seed, bounds and options
+    model: KinematicModel,
+    frame_index: int,
+    base_from_target: FloatArray,
+    seed: FloatArray,
+    bounds: tuple[FloatArray, FloatArray],
+    opts: IKOptions,
+    posture: FloatArray | None = None,
+) -> IKSolution:
+    """Batched IK of one link to pose targets.
+
+    Args:
+        model: kinematics; ``frame_index`` picks the link among ``model.frames``.
+        frame_index: index of the controlled link.
+        base_from_target: targets, base frame, metres, ``(B, 4, 4)``.
+        seed: starting joints, ``(B, J)``; clipped into the bounds first.
+        bounds: ``(lower, upper)`` joint bounds, ``(B, J)`` each, ``lower <= upper``.
+        opts: solver knobs.
+        posture: optional rest joints ``(J,)`` for the null-space posture task.
+
+    Returns:
+        The solution; rows that did not converge keep their best-effort joints with their errors.
+
+    Raises:
+        ShapeError: on mismatched shapes.
+    """
+    base_from_target = np.asarray(base_from_target, dtype=np.float64)
+    seed = np.asarray(seed, dtype=np.float64)
+    _check_inputs(model, base_from_target, seed)
+    lower, upper = bounds
+    q = np.clip(seed, lower, upper)
+    active = np.ones(len(q), dtype=bool)
+    iterations = 0
+    for iterations in range(1, opts.max_iters + 1):  # noqa: B007 - the count is reported
+        poses, jacs = model.forward_with_jacobians(q[active])
+        e_p, e_r = pose_errors(poses[:, frame_index], base_from_target[active])
+        rest = None if posture is None else np.broadcast_to(posture, q[active].shape)
+        dq = bounded_dls_step(jacs[:, frame_index, :3], e_p, jacs[:, frame_index, 3:], e_r, q[active],
+                              (lower[active], upper[active]), opts, rest)
+        q[active] += dq
+        done = ((np.linalg.norm(e_p, axis=1) < opts.position_tol_m)
+                & (np.linalg.norm(e_r, axis=1) < opts.orientation_tol_rad)) | (
+            np.max(np.abs(dq), axis=1) < opts.step_tol)
+        active[np.flatnonzero(active)[done]] = False
+        if not np.any(active):
+            break
+    e_p, e_r = pose_errors(model.forward(q)[:, frame_index], base_from_target)
+    pos_err, rot_err = np.linalg.norm(e_p, axis=1), np.linalg.norm(e_r, axis=1)
+    converged = (pos_err < opts.position_tol_m) & (rot_err < opts.orientation_tol_rad)
+    return IKSolution(q, pos_err, rot_err, iterations, converged)
