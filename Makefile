@@ -10,10 +10,14 @@ export EGOLAKE_HOME
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup demo test test-fast bench lint clean conf
+.PHONY: setup models demo test test-fast bench lint clean conf
 
-## setup: Python packages into .venv, Delta's jars from Maven Central into $(JARS).
-setup: $(VENV)/.installed $(JARS)/.done
+## setup: Python packages into .venv, Delta's jars from Maven Central into $(JARS),
+## the hand models (from a PyPI wheel, hash-checked) into $(EGOLAKE_HOME)/models.
+setup: $(VENV)/.installed $(JARS)/.done models
+
+models: $(VENV)/.installed
+	$(PY) -m conf.models
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

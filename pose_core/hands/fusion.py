@@ -1,0 +1,141 @@
+"""World-frame hands: camera-frame keypoints through `world_from_cam`, metric scale, light smoothing.
+
+Convention: `world_from_cam` `(F, 4, 4)` maps camera coordinates to world coordinates; its translation
+may be in arbitrary units (monocular tracking). `metric_scale` is metres per world unit, so the
+metric camera position is `metric_scale * t`, and hands (metric in the camera frame) land at
+`R @ x_in_cam + metric_scale * t`, metres.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy.signal import savgol_filter
+
+from pose_core.errors import ShapeError
+
+__all__ = [
+    "SCALE_SOURCES",
+    "ScaleChoice",
+    "choose_scale",
+    "hands_to_world",
+    "scale_from_hand_depth",
+    "smooth_track",
+]
+
+logger = logging.getLogger(__name__)
+
+ScaleSource = Literal["stereo", "imu", "hand_contact", "user", "none"]
+# Metric scale sources, most trusted first.
+SCALE_SOURCES: tuple[ScaleSource, ...] = ("stereo", "imu", "hand_contact", "user")
+
+
+@dataclass(frozen=True)
+class ScaleChoice:
+    """The metric scale of an episode's camera trajectory and where it came from.
+
+    Attributes:
+        metres_per_unit: metres per world unit (1.0 with source ``"none"``: units left as they are).
+        scale_source: one of `SCALE_SOURCES`, or ``"none"``.
+    """
+
+    metres_per_unit: float
+    scale_source: ScaleSource
+
+
+def choose_scale(candidates: dict[ScaleSource, float | None]) -> ScaleChoice:
+    """Pick the most trusted available scale: stereo baseline, IMU, hand-scene contact, user value.
+
+    Args:
+        candidates: metres per world unit from each source that was computed; None or non-finite
+            or non-positive values count as unavailable.
+
+    Returns:
+        The chosen scale; ``ScaleChoice(1.0, "none")`` when no source has a value.
+    """
+    for source in SCALE_SOURCES:
+        value = candidates.get(source)
+        if value is not None and np.isfinite(value) and value > 0:
+            return ScaleChoice(float(value), source)
+    return ScaleChoice(1.0, "none")
+
+
+def scale_from_hand_depth(
+    hand_depth_m: np.ndarray, scene_depth_units: np.ndarray, min_samples: int = 5, max_spread: float = 0.15
+) -> float | None:
+    """Metres per world unit from hand keypoints touching mapped surfaces.
+
+    Where a hand touches a surface, the keypoint's metric depth (from the hand-size prior) equals the
+    scene map's depth at that pixel (in world units). The ratio's median is the scale.
+
+    Args:
+        hand_depth_m: metric depths of touching keypoints, metres, `(N,)`.
+        scene_depth_units: scene-map depth at the same pixels, world units, `(N,)`.
+        min_samples: fewest finite pairs to answer.
+        max_spread: largest allowed relative median absolute deviation of the ratios.
+
+    Returns:
+        The scale, or None when there are too few pairs or they disagree.
+    """
+    if hand_depth_m.shape != scene_depth_units.shape or hand_depth_m.ndim != 1:
+        raise ShapeError("hand_depth_m / scene_depth_units", hand_depth_m.shape, "(N,) both")
+    ok = np.isfinite(hand_depth_m) & np.isfinite(scene_depth_units) & (scene_depth_units > 0)
+    if ok.sum() < min_samples:
+        return None
+    ratio = hand_depth_m[ok] / scene_depth_units[ok]
+    median = float(np.median(ratio))
+    spread = float(np.median(np.abs(ratio - median))) / median
+    return median if spread <= max_spread else None
+
+
+def hands_to_world(
+    keypoints_cam: np.ndarray, world_from_cam: np.ndarray, metres_per_unit: float = 1.0
+) -> np.ndarray:
+    """World-frame keypoints, metres.
+
+    Args:
+        keypoints_cam: camera-frame keypoints, metres, `(F, ..., 3)` (e.g. `(F, 2, 21, 3)`); NaN stays NaN.
+        world_from_cam: camera poses, `(F, 4, 4)`, translation in world units.
+        metres_per_unit: metres per world unit of `world_from_cam`'s translation.
+
+    Returns:
+        Keypoints in the world frame scaled to metres, same shape as `keypoints_cam`.
+    """
+    if (
+        world_from_cam.ndim != 3
+        or world_from_cam.shape[1:] != (4, 4)
+        or keypoints_cam.shape[0] != len(world_from_cam)
+    ):
+        raise ShapeError("world_from_cam", world_from_cam.shape, f"({keypoints_cam.shape[0]}, 4, 4)")
+    rot = world_from_cam[:, :3, :3]
+    trans = world_from_cam[:, :3, 3] * metres_per_unit
+    extra = keypoints_cam.ndim - 2
+    rot = rot.reshape(rot.shape[:1] + (1,) * extra + (3, 3))
+    trans = trans.reshape(trans.shape[:1] + (1,) * extra + (3,))
+    return np.einsum("...ij,...j->...i", rot, keypoints_cam) + trans
+
+
+def smooth_track(keypoints: np.ndarray, observed: np.ndarray, window: int = 7, order: int = 2) -> np.ndarray:
+    """Savitzky-Golay smoothing of one hand's keypoints over each run of consecutive observed frames.
+
+    Per-frame fits are noisy mostly in depth (the hand's size in the image); the hand moves smoothly,
+    so a short polynomial fit over time removes most of it. Runs shorter than `window` are kept as they are.
+
+    Args:
+        keypoints: one identity's keypoints, metres, `(F, 21, 3)`.
+        observed: frames with an observation, `(F,)` bool.
+        window: odd window length, frames.
+        order: polynomial order (< window).
+
+    Returns:
+        Smoothed keypoints, `(F, 21, 3)`; unobserved frames unchanged.
+    """
+    out = keypoints.copy()
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], observed.astype(np.int8), [0]])))
+    for start, stop in zip(edges[::2], edges[1::2], strict=True):
+        if stop - start >= window:
+            out[start:stop] = savgol_filter(keypoints[start:stop], window, order, axis=0)
+    return out

@@ -1,0 +1,191 @@
+"""Rotated square regions of interest around hands: palm-detector decoding and crop geometry.
+
+This is the geometry of MediaPipe's hand pipeline (SSD anchors of the 192x192 full palm detector,
+weighted non-maximum suppression, the rotated hand rectangle, and the rectangle that tracks a hand
+from its previous keypoints), written in pixels of the full image.
+
+Convention: a `RotatedRect` with centre `c`, size `(w, h)` and angle `r` maps a point `(u, v)` of its
+own frame (centred, x right, y down, pixels) to the image at `c + R(r) @ (u, v)`, with
+`R(r) = [[cos r, -sin r], [sin r, cos r]]`; `r = 0` is a hand with its fingers pointing up.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+__all__ = [
+    "PalmDecodeOptions",
+    "RotatedRect",
+    "crop_rect",
+    "decode_palms",
+    "palm_anchors",
+    "rect_from_keypoints",
+    "rect_from_palm",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PalmDecodeOptions:
+    """Decoding of the palm detector's raw outputs (values of MediaPipe's palm_detection_full graph)."""
+
+    # Side of the square detector input, pixels.
+    input_size: int = 192
+    # Minimum palm score (after the sigmoid) to keep a detection.
+    min_score: float = 0.5
+    # Boxes overlapping more than this IoU are merged (weighted non-maximum suppression).
+    nms_iou: float = 0.3
+    # Raw logits are clipped to +-this before the sigmoid.
+    score_clip: float = 100.0
+
+
+@dataclass(frozen=True)
+class RotatedRect:
+    """A rotated rectangle in the image, pixels and radians (see the module's convention)."""
+
+    cx: float
+    cy: float
+    w: float
+    h: float
+    angle: float
+
+    def transformed(self, scale: float, shift_y: float) -> RotatedRect:
+        """Shift along the rect's own y by `shift_y * h`, make it square (long side), scale it."""
+        c, s = np.cos(self.angle), np.sin(self.angle)
+        dy = shift_y * self.h
+        side = max(self.w, self.h) * scale
+        return RotatedRect(self.cx - s * dy, self.cy + c * dy, side, side, self.angle)
+
+    def image_from_rect(self) -> np.ndarray:
+        """Affine map, `(2, 3)`, from the rect's unit square `[0, 1]^2` (x right, y down) to pixels."""
+        c, s = np.cos(self.angle), np.sin(self.angle)
+        rot = np.array([[c, -s], [s, c]]) @ np.diag([self.w, self.h])
+        origin = np.array([self.cx, self.cy]) - rot @ np.array([0.5, 0.5])
+        return np.hstack([rot, origin[:, None]])
+
+
+def _normalize_angle(angle: float) -> float:
+    return float(angle - 2.0 * np.pi * np.floor((angle + np.pi) / (2.0 * np.pi)))
+
+
+def _angle_up(start_px: np.ndarray, end_px: np.ndarray) -> float:
+    """Rect angle that turns the direction start -> end (pixels) to 'up' in the rect."""
+    dx, dy = end_px - start_px
+    return _normalize_angle(np.pi / 2.0 - np.arctan2(-dy, dx))
+
+
+def palm_anchors(input_size: int = 192) -> np.ndarray:
+    """SSD anchor centres of the full palm detector, in units of the input side, `(2016, 2)`.
+
+    Strides 8 (2 anchors per cell) and 16 (three layers of 2 anchors each, merged); fixed anchor size 1.
+    """
+    centres = []
+    for stride, per_cell in ((8, 2), (16, 6)):
+        n = input_size // stride
+        ys, xs = np.meshgrid((np.arange(n) + 0.5) / n, (np.arange(n) + 0.5) / n, indexing="ij")
+        cell = np.stack([xs.ravel(), ys.ravel()], axis=-1)
+        centres.append(np.repeat(cell, per_cell, axis=0))
+    return np.concatenate(centres, axis=0)
+
+
+def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """IoU of one box `(4,)` with boxes `(N, 4)`, both `x0, y0, x1, y1`."""
+    ix = np.clip(np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0]), 0.0, None)
+    iy = np.clip(np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1]), 0.0, None)
+    inter = ix * iy
+    area = (box[2] - box[0]) * (box[3] - box[1])
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    return inter / np.maximum(area + areas - inter, 1e-12)
+
+
+def decode_palms(
+    raw_boxes: np.ndarray, raw_scores: np.ndarray, anchors: np.ndarray, opts: PalmDecodeOptions
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Decode and suppress palm detections, in units of the detector input.
+
+    Args:
+        raw_boxes: detector box output, `(2016, 18)`: centre offset, size, then 7 keypoints (x, y).
+        raw_scores: detector logits, `(2016,)` or `(2016, 1)`.
+        anchors: from `palm_anchors`, `(2016, 2)`.
+        opts: decoding options.
+
+    Returns:
+        boxes `(P, 4)` (x0, y0, x1, y1), keypoints `(P, 7, 2)` (0 = wrist centre, 2 = middle-finger
+        base), scores `(P,)`; coordinates in [0, 1] of the detector input, best first.
+    """
+    scale = float(opts.input_size)
+    logits = np.clip(raw_scores.reshape(-1).astype(np.float64), -opts.score_clip, opts.score_clip)
+    scores = 1.0 / (1.0 + np.exp(-logits))
+    keep = np.flatnonzero(scores >= opts.min_score)
+    if keep.size == 0:
+        return np.zeros((0, 4)), np.zeros((0, 7, 2)), np.zeros(0)
+    raw = raw_boxes[keep] / scale
+    centre = raw[:, :2] + anchors[keep]
+    half = raw[:, 2:4] / 2.0
+    boxes = np.hstack([centre - half, centre + half])
+    kps = raw[:, 4:].reshape(-1, 7, 2) + anchors[keep][:, None, :]
+    order = np.argsort(-scores[keep])
+    boxes, kps, sc = boxes[order], kps[order], scores[keep][order]
+    out_boxes, out_kps, out_scores = [], [], []
+    remaining = np.arange(len(sc))
+    while remaining.size:
+        overlap = _iou(boxes[remaining[0]], boxes[remaining]) > opts.nms_iou
+        overlap[0] = True  # the best box always leaves, even a degenerate one
+        members = remaining[overlap]
+        weights = sc[members] / sc[members].sum()
+        out_boxes.append(weights @ boxes[members])
+        out_kps.append(np.tensordot(weights, kps[members], axes=1))
+        out_scores.append(sc[remaining[0]])
+        remaining = remaining[~overlap]
+    return np.array(out_boxes), np.array(out_kps), np.array(out_scores)
+
+
+def rect_from_palm(box_px: np.ndarray, keypoints_px: np.ndarray) -> RotatedRect:
+    """Hand rectangle from one palm detection (pixels): rotate wrist->middle base to up, grow x2.6.
+
+    Args:
+        box_px: palm box `(4,)`, x0, y0, x1, y1, pixels.
+        keypoints_px: palm keypoints `(7, 2)`, pixels.
+    """
+    angle = _angle_up(keypoints_px[0], keypoints_px[2])
+    rect = RotatedRect(
+        (box_px[0] + box_px[2]) / 2.0, (box_px[1] + box_px[3]) / 2.0,
+        box_px[2] - box_px[0], box_px[3] - box_px[1], angle,
+    )  # fmt: skip
+    return rect.transformed(scale=2.6, shift_y=-0.5)
+
+
+# Keypoints that bound the hand's next rectangle: wrist, thumb base and each finger's first two joints.
+_TRACK_SUBSET = (0, 1, 2, 3, 5, 6, 9, 10, 13, 14, 17, 18)
+
+
+def rect_from_keypoints(keypoints_px: np.ndarray) -> RotatedRect:
+    """Hand rectangle for the next frame from this frame's 21 keypoints `(21, 2)`, pixels."""
+    pts = keypoints_px[list(_TRACK_SUBSET)]
+    target = ((keypoints_px[5] + keypoints_px[13]) / 2.0 + keypoints_px[9]) / 2.0
+    angle = _angle_up(keypoints_px[0], target)
+    c, s = np.cos(angle), np.sin(angle)
+    rot = np.array([[c, -s], [s, c]])
+    centre0 = (pts.min(axis=0) + pts.max(axis=0)) / 2.0
+    local = (pts - centre0) @ rot  # rows: R^T (p - c0), the rect's own frame
+    lo, hi = local.min(axis=0), local.max(axis=0)
+    centre = rot @ ((lo + hi) / 2.0) + centre0
+    rect = RotatedRect(float(centre[0]), float(centre[1]), float(hi[0] - lo[0]), float(hi[1] - lo[1]), angle)
+    return rect.transformed(scale=2.0, shift_y=-0.1)
+
+
+def crop_rect(image: np.ndarray, rect: RotatedRect, size: int) -> np.ndarray:
+    """Cut `rect` out of `image` `(H, W, 3)` into a `(size, size, 3)` float32 array in [0, 1], upright."""
+    img_from_unit = rect.image_from_rect()
+    unit_from_out = np.diag([1.0 / size, 1.0 / size])
+    img_from_out = np.hstack([img_from_unit[:, :2] @ unit_from_out, img_from_unit[:, 2:]])
+    out = cv2.warpAffine(
+        image, img_from_out, (size, size),
+        flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE,
+    )  # fmt: skip
+    return out.astype(np.float32) / 255.0
