@@ -44,8 +44,10 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m "not spark and not slow"
 
+## bench: benchmarks (CPU here; see bench/README.md), results with command, machine and date in bench/results/.
 bench: setup
-	$(PY) -m jobs.bench --out bench/results
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) -m bench.camera_poses --out bench/results --colmap
 
 lint: setup
 	$(VENV)/bin/ruff check .

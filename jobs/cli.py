@@ -51,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="log progress at INFO (default: warnings)")  # fmt: skip
     p.add_argument("--conf", action="append", default=[], help="YAML config file (repeatable; later wins)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one setting, e.g. --set ingest.shard_frames=128")  # fmt: skip

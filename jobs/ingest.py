@@ -6,18 +6,19 @@ Nothing is lost: every listed input ends as a `videos` row (an episode) or a `qu
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from functools import partial
 
 import pandas as pd
+
 from jobs.stage import EpisodeOutcome, StageContext, now
 from jobs.tables import Lineage, read, write
-from schemas.tables import QUARANTINE, SHARDS, VIDEOS
 from schemas.base import spark_schema
+from schemas.tables import QUARANTINE, SHARDS, VIDEOS
 from udfs.ingest import PROBE_SCHEMA, item_to_json, plan_shards, probe_items, to_uint64
 from udfs.media.dedup import find_duplicates
 from udfs.media.inputs import InputItem, list_inputs
+from udfs.media.probe import content_size
 
 __all__ = ["IngestResult", "STAGE_NAME", "STAGE_VERSION", "run"]
 
@@ -39,7 +40,8 @@ class IngestResult:
 
 def run(ctx: StageContext, lineage: Lineage, input_spec: str, force: bool) -> IngestResult:
     """Ingest every input under `input_spec`; with `force=False` skip inputs already ingested
-    with the same config (same path and size)."""
+    with the same config (same path and size).
+    """
     started = now()
     items, rejected = list_inputs(input_spec, ctx.cfg.ingest.video_extensions)
     logger.info("listed inputs=%d rejected=%d spec=%s", len(items), len(rejected), input_spec)
@@ -91,19 +93,12 @@ def _split_resumable(
     episode_of = dict(zip(videos["source_path"], videos["episode_id"]))
     todo, kept = [], []
     for item in items:
-        if (item.path, _size(item.path), config_hash) in done_keys:
+        if (item.path, content_size(item), config_hash) in done_keys:
             if item.path in episode_of:
                 kept.append(episode_of[item.path])
         else:
             todo.append(item)
     return todo, kept
-
-
-def _size(path: str) -> int:
-    """Bytes of a file, or of all files directly in a folder (image sequences)."""
-    if os.path.isdir(path):
-        return sum(e.stat().st_size for e in os.scandir(path) if e.is_file())
-    return os.path.getsize(path)
 
 
 def _probe(ctx: StageContext, items: list[InputItem]) -> pd.DataFrame:

@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from pyspark.sql import SparkSession
@@ -19,6 +20,9 @@ from pyspark.sql import SparkSession
 __all__ = ["SparkOptions", "build_spark", "delta_jars"]
 
 logger = logging.getLogger(__name__)
+
+#: Quiet JVM logging for embedded sessions (errors only).
+LOG4J_CONFIG = Path(__file__).resolve().parents[1] / "conf" / "log4j2.properties"
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,11 @@ def build_spark(opts: SparkOptions) -> SparkSession:
     if active is not None:
         _tune(active, opts)
         return active
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        # Launched by spark-submit: master, jars and JVM options come from its command line.
+        spark = _with_delta(SparkSession.builder.appName(opts.app_name), opts).getOrCreate()
+        _tune(spark, opts)
+        return spark
     # Executors must run the same interpreter that has egolake's packages.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -71,21 +80,28 @@ def build_spark(opts: SparkOptions) -> SparkSession:
         SparkSession.builder.master(opts.master)
         .appName(opts.app_name)
         .config("spark.driver.memory", opts.driver_memory)
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.databricks.delta.schema.autoMerge.enabled", "false")
     )
     if opts.delta_jars == "auto":
         builder = builder.config("spark.jars", ",".join(delta_jars()))
-    for key, value in opts.extra.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = _with_delta(builder, opts).getOrCreate()
     _tune(spark, opts)
     logger.info("spark session ready master=%s version=%s", spark.sparkContext.master, spark.version)
     return spark
+
+
+def _with_delta(builder: SparkSession.Builder, opts: SparkOptions) -> SparkSession.Builder:
+    """Delta's SQL extension and catalog, UTC session time, and the user's extra settings."""
+    builder = (
+        builder.config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+    )
+    for key, value in opts.extra.items():
+        builder = builder.config(key, value)
+    return builder
 
 
 def _tune(spark: SparkSession, opts: SparkOptions) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from tests.data_paths import SHARED_DATA
 
 
 @pytest.fixture(scope="session")
@@ -33,3 +33,12 @@ def spark() -> Iterator[object]:
     session = build_spark(SparkOptions(master="local[2]", shuffle_partitions=4, driver_memory="2g"))
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """The ingest corpus of good, bad and awkward inputs: (root, {input path: expected outcome})."""
+    from tests.corpus import make_corpus
+
+    root = tmp_path_factory.mktemp("corpus")
+    return root, make_corpus(root)

@@ -53,7 +53,7 @@ def run_unit(fn: UnitFn, unit: pd.DataFrame, columns: Sequence[str], key: str = 
         message = f"{type(exc).__name__}: {exc}"
         logger.warning("unit failed %s=%s error=%s", key, unit[key].iat[0], message)
         logger.debug("traceback: %s", traceback.format_exc())
-        row = {c: None for c in columns}
+        row = dict.fromkeys(columns)
         row[key] = unit[key].iat[0]
         row["_row_kind"] = ERROR_KIND
         row["_error"] = message[:2000]

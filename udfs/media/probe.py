@@ -26,7 +26,7 @@ from udfs.media.reasons import check_reason
 from udfs.media.scan import Scan, scan_sequence, scan_video
 from udfs.media.sidecars import list_sequence_images, read_calibration, read_imu, read_task
 
-__all__ = ["ProbeOptions", "ProbeResult", "probe", "probe_with_timeout"]
+__all__ = ["ProbeOptions", "ProbeResult", "content_size", "probe", "probe_with_timeout"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,13 +111,20 @@ def _sha256_file(path: str) -> str:
     return digest.hexdigest()
 
 
+def content_size(item: InputItem) -> int:
+    """Bytes of a video file, or of the images of an image-sequence folder (sidecars excluded)."""
+    if item.kind == "video":
+        return os.path.getsize(item.path)
+    return sum(os.path.getsize(p) for p in list_sequence_images(item.path))
+
+
 def _content_identity(item: InputItem) -> tuple[int, str]:
     """Return `(size_bytes, content_sha256)` of a video file or an image-sequence folder."""
     if item.kind == "video":
-        return os.path.getsize(item.path), _sha256_file(item.path)
+        return content_size(item), _sha256_file(item.path)
     images = list_sequence_images(item.path)
     lines = "".join(f"{os.path.basename(p)}\t{_sha256_file(p)}\n" for p in images)
-    return sum(os.path.getsize(p) for p in images), hashlib.sha256(lines.encode("utf-8")).hexdigest()
+    return content_size(item), hashlib.sha256(lines.encode("utf-8")).hexdigest()
 
 
 def _check_sidecars(item: InputItem) -> None:
