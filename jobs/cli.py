@@ -20,7 +20,9 @@ EXIT_OK, EXIT_USAGE, EXIT_FAILURES = 0, 2, 3
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="egolake", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO (default: warnings)")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log progress at INFO (default: warnings)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the pipeline over INPUT into OUTPUT")
@@ -34,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="per stage: episodes ok, failed, pending; last errors")
     status.add_argument("output")
+    status.add_argument("--episodes", action="store_true", help="also list every episode's status per stage")
     _add_config_args(status)
 
     sql = sub.add_parser("sql", help="run a SQL query; every table is registered by name")
@@ -79,6 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         sys.stderr.write(f"egolake: {exc}\n")
         return EXIT_USAGE
+    finally:
+        # A command owns its session: stop it so executors shut down cleanly (spark-submit too).
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.getActiveSession()
+        if session is not None:
+            session.stop()
 
 
 def _run(args, cfg, build_spark) -> int:  # noqa: ANN001
@@ -86,7 +96,14 @@ def _run(args, cfg, build_spark) -> int:  # noqa: ANN001
 
     stages = [s.strip() for s in args.stages.split(",")] if args.stages else None
     summary = run_pipeline(
-        build_spark(cfg.spark), cfg, args.input, args.output, stages, args.from_stage, args.until_stage, args.resume
+        build_spark(cfg.spark),
+        cfg,
+        args.input,
+        args.output,
+        stages,
+        args.from_stage,
+        args.until_stage,
+        args.resume,
     )
     _print_summary(summary)
     return EXIT_FAILURES if summary.failed else EXIT_OK
@@ -94,17 +111,22 @@ def _run(args, cfg, build_spark) -> int:  # noqa: ANN001
 
 def _print_summary(summary) -> None:  # noqa: ANN001
     out = [f"run {summary.run_id}"]
-    out += [f"  {stage:<12} ok={c['ok']} failed={c['failed']} skipped={c['skipped']}" for stage, c in summary.counts.items()]
+    out += [
+        f"  {stage:<12} ok={c['ok']} failed={c['failed']} skipped={c['skipped']}"
+        for stage, c in summary.counts.items()
+    ]
     out.append(f"  quarantined inputs: {summary.quarantined}")
     sys.stdout.write("\n".join(out) + "\n")
 
 
 def _status(args, cfg, build_spark) -> int:  # noqa: ANN001
     from jobs.pipeline import STAGE_NAMES
-    from jobs.status import format_status, stage_status
+    from jobs.status import episode_matrix, format_status, stage_status
 
-    statuses, _, quarantined = stage_status(build_spark(cfg.spark), args.output, list(STAGE_NAMES))
-    sys.stdout.write(format_status(statuses, quarantined) + "\n")
+    status = stage_status(build_spark(cfg.spark), args.output, list(STAGE_NAMES))
+    sys.stdout.write(format_status(status.stages, status.quarantined) + "\n")
+    if args.episodes:
+        sys.stdout.write(episode_matrix(status.latest, status.episodes, list(STAGE_NAMES)) + "\n")
     return EXIT_OK
 
 
@@ -130,7 +152,9 @@ def _demo(args, cfg, build_spark) -> int:  # noqa: ANN001
 
     sample_dir = os.path.join(args.output, "sample")
     write_sample(sample_dir, SampleOptions(frames=args.frames))
-    summary = run_pipeline(build_spark(cfg.spark), cfg, os.path.join(sample_dir, "videos"), args.output, resume=True)
+    summary = run_pipeline(
+        build_spark(cfg.spark), cfg, os.path.join(sample_dir, "videos"), args.output, resume=True
+    )
     _print_summary(summary)
     sys.stdout.write(f"tables in {args.output}/tables; try: egolake sql {args.output} 'SELECT * FROM runs'\n")
     return EXIT_FAILURES if summary.failed else EXIT_OK

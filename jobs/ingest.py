@@ -39,14 +39,18 @@ class IngestResult:
 
 
 def run(ctx: StageContext, lineage: Lineage, input_spec: str, force: bool) -> IngestResult:
-    """Ingest every input under `input_spec`; with `force=False` skip inputs already ingested
-    with the same config (same path and size).
+    """Ingest every input under `input_spec`.
+
+    With `force=False`, inputs already ingested with the same config (same path and size) are kept.
     """
     started = now()
     items, rejected = list_inputs(input_spec, ctx.cfg.ingest.video_extensions)
     logger.info("listed inputs=%d rejected=%d spec=%s", len(items), len(rejected), input_spec)
-    videos = read(ctx.spark, ctx.layout, VIDEOS).select("episode_id", "source_path", "size_bytes",
-                                                         "content_sha256", "phashes", "config_hash").toPandas()
+    videos = (
+        read(ctx.spark, ctx.layout, VIDEOS)
+        .select("episode_id", "source_path", "size_bytes", "content_sha256", "phashes", "config_hash")
+        .toPandas()
+    )
     todo, kept = _split_resumable(items, videos, lineage.config_hash, force, ctx)
     probes = _probe(ctx, todo)
 
@@ -66,7 +70,9 @@ def run(ctx: StageContext, lineage: Lineage, input_spec: str, force: bool) -> In
     episode_keys = ok["episode_id"].tolist() + stale
     spark = ctx.spark
     write(spark.createDataFrame(ok[VIDEOS.columns], VIDEOS.spark), ctx.layout, VIDEOS, episode_keys, lineage)
-    write(spark.createDataFrame(_shard_rows(ok, ctx), SHARDS.spark), ctx.layout, SHARDS, episode_keys, lineage)
+    write(
+        spark.createDataFrame(_shard_rows(ok, ctx), SHARDS.spark), ctx.layout, SHARDS, episode_keys, lineage
+    )
     write(
         spark.createDataFrame(quarantine[QUARANTINE.columns], QUARANTINE.spark),
         ctx.layout, QUARANTINE,
@@ -90,7 +96,7 @@ def _split_resumable(
     quarantine = read(ctx.spark, ctx.layout, QUARANTINE).select("source_path", "size_bytes", "config_hash")
     done = pd.concat([videos[["source_path", "size_bytes", "config_hash"]], quarantine.toPandas()])
     done_keys = {(r.source_path, r.size_bytes, r.config_hash) for r in done.itertuples()}
-    episode_of = dict(zip(videos["source_path"], videos["episode_id"]))
+    episode_of = dict(zip(videos["source_path"], videos["episode_id"], strict=True))
     todo, kept = [], []
     for item in items:
         if (item.path, content_size(item), config_hash) in done_keys:
@@ -104,7 +110,9 @@ def _split_resumable(
 def _probe(ctx: StageContext, items: list[InputItem]) -> pd.DataFrame:
     """Probe items in parallel on the cluster, one task per few items; returns PROBE_SCHEMA rows."""
     if not items:
-        return pd.DataFrame({name: pd.Series(dtype=object) for name in PROBE_SCHEMA.names}).astype({"ok": bool})
+        return pd.DataFrame({name: pd.Series(dtype=object) for name in PROBE_SCHEMA.names}).astype(
+            {"ok": bool}
+        )
     spark = ctx.spark
     n_tasks = max(1, min(len(items), 4 * spark.sparkContext.defaultParallelism))
     rows = spark.createDataFrame(pd.DataFrame({"item_json": [item_to_json(i) for i in items]}))
@@ -116,23 +124,25 @@ def _probe(ctx: StageContext, items: list[InputItem]) -> pd.DataFrame:
     return out
 
 
+def _quarantine_row(
+    path: str, reason: str, message: str, size: int | None = None, sha: str | None = None,
+    dup: str | None = None,
+) -> dict:
+    return {"source_path": path, "reason_code": reason, "message": message, "size_bytes": size,
+            "content_sha256": sha, "duplicate_of": dup}  # fmt: skip
+
+
 def _quarantine_rows(probes: pd.DataFrame, dups: dict, rejected: list) -> pd.DataFrame:
     """QUARANTINE rows for failed probes, duplicates and inputs rejected at listing."""
     rows = [
-        {"source_path": r.source_path, "reason_code": r.reason_code, "message": r.message,
-         "size_bytes": r.size_bytes, "content_sha256": r.content_sha256, "duplicate_of": None}
+        _quarantine_row(r.source_path, r.reason_code, r.message, r.size_bytes, r.content_sha256)
         for r in probes[~probes["ok"]].itertuples()
-    ]  # fmt: skip
+    ]
     by_path = probes.set_index("source_path")
     for path, (reason, duplicate_of, message) in dups.items():
-        rows.append({"source_path": path, "reason_code": reason, "message": message,
-                     "size_bytes": by_path.at[path, "size_bytes"],
-                     "content_sha256": by_path.at[path, "content_sha256"], "duplicate_of": duplicate_of})  # fmt: skip
-    rows += [
-        {"source_path": r.path, "reason_code": r.reason_code, "message": r.message,
-         "size_bytes": None, "content_sha256": None, "duplicate_of": None}
-        for r in rejected
-    ]  # fmt: skip
+        size, sha = by_path.at[path, "size_bytes"], by_path.at[path, "content_sha256"]
+        rows.append(_quarantine_row(path, reason, message, size, sha, duplicate_of))
+    rows += [_quarantine_row(r.path, r.reason_code, r.message) for r in rejected]
     return pd.DataFrame(rows, columns=QUARANTINE.columns)
 
 
@@ -142,6 +152,8 @@ def _shard_rows(ok: pd.DataFrame, ctx: StageContext) -> pd.DataFrame:
         {"episode_id": r.episode_id, "shard_idx": i, "source_path": r.source_path, "kind": r.kind,
          "decoder": r.decoder, "frame_start": a, "frame_stop": b, "own_start": c, "own_stop": d}
         for r in ok.itertuples()
-        for i, (a, b, c, d) in enumerate(plan_shards(int(r.frame_count), opts.shard_frames, opts.shard_overlap_frames))
+        for i, (a, b, c, d) in enumerate(
+            plan_shards(int(r.frame_count), opts.shard_frames, opts.shard_overlap_frames)
+        )
     ]  # fmt: skip
     return pd.DataFrame(rows, columns=SHARDS.columns)

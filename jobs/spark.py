@@ -72,6 +72,7 @@ def build_spark(opts: SparkOptions) -> SparkSession:
         # Launched by spark-submit: master, jars and JVM options come from its command line.
         spark = _with_delta(SparkSession.builder.appName(opts.app_name), opts).getOrCreate()
         _tune(spark, opts)
+        logger.info("spark session ready master=%s version=%s", spark.sparkContext.master, spark.version)
         return spark
     # Executors must run the same interpreter that has egolake's packages.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

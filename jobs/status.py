@@ -11,7 +11,7 @@ from jobs.stage import latest_runs
 from jobs.tables import Layout, exists, read
 from schemas.tables import QUARANTINE, VIDEOS
 
-__all__ = ["StageStatus", "format_status", "stage_status"]
+__all__ = ["OutputStatus", "StageStatus", "episode_matrix", "format_status", "stage_status"]
 
 
 @dataclass(frozen=True)
@@ -25,10 +25,18 @@ class StageStatus:
     errors: list[tuple[str, str]]  # (episode_id, error), most recent first
 
 
-def stage_status(spark: SparkSession, output: str, stages: list[str], max_errors: int = 5) -> tuple[
-    list[StageStatus], pd.DataFrame, int
-]:
-    """(per-stage status, latest per stage and episode, quarantined inputs) of an output folder."""
+@dataclass(frozen=True)
+class OutputStatus:
+    """Where an output folder stands: per stage, per episode, and quarantined inputs."""
+
+    stages: list[StageStatus]
+    latest: pd.DataFrame  # latest non-skipped `runs` row per (stage, episode)
+    episodes: list[str]
+    quarantined: int
+
+
+def stage_status(spark: SparkSession, output: str, stages: list[str], max_errors: int = 5) -> OutputStatus:
+    """The status of every stage and episode of an output folder."""
     layout = Layout(output)
     episodes = set(read(spark, layout, VIDEOS).select("episode_id").toPandas()["episode_id"])
     latest = latest_runs(spark, layout)
@@ -41,11 +49,11 @@ def stage_status(spark: SparkSession, output: str, stages: list[str], max_errors
         result.append(
             StageStatus(
                 stage, ok, len(failed_rows), len(episodes) - ok - len(failed_rows),
-                list(zip(failed_rows["episode_id"], failed_rows["error"]))[:max_errors],
+                list(zip(failed_rows["episode_id"], failed_rows["error"], strict=True))[:max_errors],
             )
         )  # fmt: skip
     quarantined = read(spark, layout, QUARANTINE).count() if exists(layout, QUARANTINE) else 0
-    return result, latest, quarantined
+    return OutputStatus(result, latest, sorted(episodes), quarantined)
 
 
 def format_status(statuses: list[StageStatus], quarantined: int) -> str:
@@ -57,3 +65,10 @@ def format_status(statuses: list[StageStatus], quarantined: int) -> str:
         for episode, error in s.errors:
             lines.append(f"  {s.stage} {episode}: {error}")
     return "\n".join(lines)
+
+
+def episode_matrix(latest: pd.DataFrame, episodes: list[str], stages: list[str]) -> str:
+    """One line per episode: its latest status in each stage (`pending` where it never ran)."""
+    status = latest.pivot_table(index="episode_id", columns="stage", values="status", aggfunc="first")
+    status = status.reindex(index=sorted(episodes), columns=stages).fillna("pending")
+    return status.to_string()

@@ -9,7 +9,9 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 def test_inputs_doc_lists_every_quarantine_reason():
     text = (DOCS / "INPUTS.md").read_text(encoding="utf-8")
-    rows = {line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| ") and "|" in line[2:]}
+    rows = {
+        line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| ") and "|" in line[2:]
+    }
     assert set(REASONS) <= rows
 
 

@@ -104,5 +104,7 @@ def plan_shards(frame_count: int, shard_frames: int, overlap: int) -> list[tuple
     shards = []
     for own_start in range(0, frame_count, shard_frames):
         own_stop = min(own_start + shard_frames, frame_count)
-        shards.append((max(0, own_start - overlap), min(frame_count, own_stop + overlap), own_start, own_stop))
+        shards.append(
+            (max(0, own_start - overlap), min(frame_count, own_stop + overlap), own_start, own_stop)
+        )
     return shards

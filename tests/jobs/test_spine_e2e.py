@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = [pytest.mark.spark, pytest.mark.e2e]
-
 from tests.jobs.tables_util import DATA_TABLES
 from tests.jobs.tables_util import table as _table
+
+pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def test_every_input_is_an_episode_or_a_quarantine_row_with_its_reason(spark, co
     videos = _table(spark, out, "videos")
     quarantine = _table(spark, out, "quarantine")
     got = dict.fromkeys(videos["source_path"], "episode")
-    got.update(dict(zip(quarantine["source_path"], quarantine["reason_code"])))
+    got.update(dict(zip(quarantine["source_path"], quarantine["reason_code"], strict=True)))
     assert got == expected
     assert len(videos) + len(quarantine) == len(expected)
     assert summary.quarantined == len(quarantine)
@@ -105,15 +105,19 @@ def test_resume_skips_what_is_done_and_from_stage_recomputes(spark, corpus, firs
 
 
 def test_status_and_sql_see_every_table(spark, first_run):
-    from jobs.pipeline import STAGE_NAMES
-    from jobs.status import format_status, stage_status
+    from jobs.status import episode_matrix, format_status, stage_status
     from jobs.tables import Layout, register_all
 
     out, _, _ = first_run
-    statuses, _, quarantined = stage_status(spark, out, list(STAGE_NAMES))
+    status = stage_status(spark, out, ["ingest", "priors"])
     n = len(_table(spark, out, "videos"))
-    assert [(s.stage, s.ok, s.failed, s.pending) for s in statuses] == [("ingest", n, 0, 0), ("priors", n, 0, 0)]
-    assert "quarantined inputs: %d" % quarantined in format_status(statuses, quarantined)
+    assert [(s.stage, s.ok, s.failed, s.pending) for s in status.stages] == [
+        ("ingest", n, 0, 0),
+        ("priors", n, 0, 0),
+    ]
+    assert f"quarantined inputs: {status.quarantined}" in format_status(status.stages, status.quarantined)
+    matrix = episode_matrix(status.latest, status.episodes, ["ingest", "priors"]).splitlines()
+    assert len(matrix) == n + 2 and all(line.split()[1:] == ["ok", "ok"] for line in matrix[2:])
     assert set(register_all(spark, Layout(out))) >= {"videos", "shards", "quarantine", "frames", "runs"}
     row = spark.sql("SELECT count(*) AS n FROM frames f JOIN videos v USING (episode_id)").collect()[0]
     assert row["n"] == len(_table(spark, out, "frames"))
