@@ -48,6 +48,8 @@ test-fast: setup
 bench: setup
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.camera_poses --out bench/results --colmap
+	$(PY) -m bench.hands --out bench/results
+	$(PY) -m bench.ba_device --out bench/results --sizes 50x5000,200x20000
 
 lint: setup
 	$(VENV)/bin/ruff check .

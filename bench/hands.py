@@ -1,0 +1,72 @@
+"""Hand estimation speed: frames per second per CPU core at 640x480 (one interpreter thread).
+
+    python -m bench.hands --out bench/results [--frames 120]
+
+Runs the default estimator (MediaPipe's palm + landmark models on LiteRT, video mode) on frames of the
+real hand video in ../shared/data resized to 640x480, and reports wall and CPU time per frame and how many
+frames had a hand. Writes `hands.{md,json}` with the command, machine and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from conf.models import model_path
+from pose_core.hands import MediaPipeHandEstimator, MediaPipeOptions
+from udfs.media.decode import DecodeOptions, decode_frames
+
+DATA = Path(os.environ.get("EGOLAKE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+VIDEO = DATA / "hands_dexretargeting" / "human_hand_video.mp4"
+
+
+def main() -> None:
+    """Time the estimator and write the results."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--frames", type=int, default=120)
+    args = parser.parse_args()
+    decoded = decode_frames(str(VIDEO), 0, args.frames, DecodeOptions(max_long_side_px=0))
+    import cv2
+
+    frames = np.ascontiguousarray(np.stack([cv2.resize(f, (640, 480)) for f in decoded.frames]))
+    estimator = MediaPipeHandEstimator(
+        model_path("palm_detection_full.tflite"), model_path("hand_landmark_full.tflite"),
+        MediaPipeOptions(mode="video", num_threads=1),
+    )  # fmt: skip
+    camera_k = np.array([[500.0, 0, 320], [0, 500.0, 240], [0, 0, 1]])
+    estimator.estimate(frames[:2], camera_k)  # warm-up
+    estimator.reset()
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    hands = estimator.estimate(frames, camera_k)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    result = {
+        "command": "python -m bench.hands " + " ".join(sys.argv[1:]),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, python {platform.python_version()}",
+        "input": f"{VIDEO.name}, first {len(frames)} frames resized to 640x480",
+        "frames": len(frames),
+        "frames_with_hand": sum(1 for h in hands if h),
+        "frames_per_wall_s": round(len(frames) / wall, 1),
+        "frames_per_cpu_s": round(len(frames) / cpu, 1),
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "hands.json").write_text(json.dumps(result, indent=2))
+    (out / "hands.md").write_text(
+        "# hand estimation speed\n\n"
+        + "\n".join(f"- {key}: {value}" for key, value in result.items())
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
