@@ -1,12 +1,18 @@
 """Benchmark camera poses: accuracy (evo ATE/RPE) and CPU throughput per sequence, and pycolmap.
 
 Usage:
-    .venv/bin/python -m bench.camera_poses --out bench/results [--colmap]
+    .venv/bin/python -m bench.camera_poses --out bench/results [--colmap] [--synth-dir DIR]
 
 Writes ``camera_poses.json`` and ``camera_poses.md`` with the command, machine and date. Throughput
-is frames per CPU-second of one process with OpenCV limited to one thread (priors = KLT features,
-tracking, global BA, completion; image decoding excluded). ``--colmap`` also runs pycolmap's
-incremental mapper (sequential matching, lowered initial triangulation angle) on the same frames.
+is frames per CPU-second of one process with OpenCV and BLAS limited to one thread, the fastest of
+``--repeats`` runs and the median run's rate beside it (priors = KLT
+features, tracking incl. local BA and segment joining, global BA, completion; image decoding
+excluded). Sequences: KITTI (native and resized to 640x480), EuRoC (static camera) and a synthetic
+egocentric clip from ``jobs.sample`` (600 frames, 640x480, fast head turns; generated into
+``--synth-dir`` on first use; hands masked with boxes around their ground-truth keypoints, standing
+in for the hands stage). ``--colmap`` also runs pycolmap's incremental mapper (SIFT, sequential
+matching, initial triangulation angle lowered to 2 degrees, forward motion allowed for the initial
+pair) on KITTI's native frames.
 """
 
 from __future__ import annotations
@@ -21,61 +27,124 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
 import numpy as np
+from threadpoolctl import threadpool_limits
 
-from pose_core.camera_poses.completion import bundle_adjust_keyframes, complete_poses
+from jobs.sample import SampleOptions, write_sample
+from pose_core.camera_poses.completion import CompletionResult, bundle_adjust_keyframes, complete_poses
 from pose_core.camera_poses.evaluation import evaluate_trajectory, rotation_drift_deg
 from pose_core.camera_poses.features import extract_features
-from pose_core.camera_poses.tracking import track_episode
+from pose_core.camera_poses.tracking import TrackingResult, track_episode
 from pose_core.geometry.camera import Camera
 from pose_core.geometry.interop import world_from_cam_from_colmap_params, world_from_cam_from_kitti_rows
+from udfs.media.decode import DecodeOptions, decode_frames
 
 __all__ = ["main"]
 
 logger = logging.getLogger(__name__)
 
-DATA = Path(os.environ.get("EGOLAKE_SHARED_DATA", "/work/shared/data"))
+DATA = Path(os.environ.get("EGOLAKE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 KITTI_CAM = Camera(1226, 370, 707.0912, 707.0912, 601.8873, 183.1104)
 EUROC_CAM = Camera(752, 480, 458.654, 457.296, 367.215, 248.375, "radtan",
                    (-0.28340811, 0.07395907, 0.00019359, 1.76187114e-05))
+SYNTH = SampleOptions(frames=600, seed=0)
+HAND_MARGIN_PX = 25.0  # hand boxes: ground-truth keypoints' bounding box grown by this, pixels
 
 
-def _sequences() -> dict[str, tuple[list[Path], Camera, np.ndarray | None, tuple[int, int] | None]]:
+@dataclass
+class Sequence:
+    """One benchmark sequence: frame loader, camera, ground truth and hand boxes."""
+
+    load: Callable[[], list[np.ndarray]]  # grayscale frames (H, W) uint8
+    camera: Camera
+    world_from_cam_gt: np.ndarray | None  # (F, 4, 4)
+    image_paths: list[Path] | None = None  # for pycolmap
+    hand_boxes: list[np.ndarray] | None = None  # per frame (K, 4) pixel boxes
+
+
+def _images(paths: list[Path], size: tuple[int, int] | None) -> Callable[[], list[np.ndarray]]:
+    def load() -> list[np.ndarray]:
+        imgs = [cv2.imread(str(p), cv2.IMREAD_GRAYSCALE) for p in paths]
+        return imgs if size is None else [cv2.resize(i, size, interpolation=cv2.INTER_AREA) for i in imgs]
+
+    return load
+
+
+def _synthetic(root: Path) -> Sequence:
+    gt_dir = root / "ground_truth" / SYNTH.stem
+    if not (gt_dir / "README.md").exists():
+        logger.info("generating the synthetic clip into %s (a few minutes)", root)
+        write_sample(root, SYNTH)
+    hands_px = np.load(gt_dir / "hands_px.npy")  # (F, 2, 21, 2), NaN behind the camera
+    finite = np.isfinite(hands_px).all(axis=-1, keepdims=True)
+    lo = np.where(finite, hands_px, np.inf).min(axis=2) - HAND_MARGIN_PX
+    hi = np.where(finite, hands_px, -np.inf).max(axis=2) + HAND_MARGIN_PX
+
+    def load() -> list[np.ndarray]:
+        decoded = decode_frames(str(root / "videos" / f"{SYNTH.stem}.mp4"), 0, None, DecodeOptions())
+        return [cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in decoded.frames]
+
+    cam = Camera(SYNTH.width, SYNTH.height, SYNTH.focal_px, SYNTH.focal_px, (SYNTH.width - 1) / 2,
+                 (SYNTH.height - 1) / 2)
+    return Sequence(load, cam, np.load(gt_dir / "world_from_cam.npy"),
+                    hand_boxes=[np.concatenate([lo[f], hi[f]], axis=1) for f in range(len(hands_px))])
+
+
+def _sequences(synth_dir: Path) -> dict[str, Sequence]:
     kitti = sorted(Path(p) for p in glob.glob(str(DATA / "kitti_vo_seq1/image_l/*.png")))
     kitti_gt = world_from_cam_from_kitti_rows(np.loadtxt(DATA / "kitti_vo_seq1/poses.txt"))
     euroc = sorted(Path(p) for p in glob.glob(str(DATA / "euroc_v101_micro/mav0/cam0/data/*.png")))
     return {
-        "kitti_vo_seq1 1226x370": (kitti, KITTI_CAM, kitti_gt, None),
-        "kitti_vo_seq1 640x480": (kitti, KITTI_CAM.scaled(640, 480), kitti_gt, (640, 480)),
-        "euroc_v101_micro 752x480": (euroc, EUROC_CAM, None, None),
+        "kitti_vo_seq1 1226x370": Sequence(_images(kitti, None), KITTI_CAM, kitti_gt, kitti),
+        "kitti_vo_seq1 640x480": Sequence(_images(kitti, (640, 480)), KITTI_CAM.scaled(640, 480), kitti_gt),
+        "euroc_v101_micro 752x480": Sequence(_images(euroc, None), EUROC_CAM, None),
+        "synthetic egocentric 600 640x480": _synthetic(synth_dir),
     }
 
 
-def _run_egolake(paths: list[Path], cam: Camera, gt: np.ndarray | None, size: tuple[int, int] | None) -> dict:
-    imgs = [cv2.imread(str(p), cv2.IMREAD_GRAYSCALE) for p in paths]
-    if size is not None:
-        imgs = [cv2.resize(i, size, interpolation=cv2.INTER_AREA) for i in imgs]
-    times = {}
-    c0 = time.process_time()
-    feats = list(extract_features(imgs))
+def _timed_pipeline(imgs: list[np.ndarray], seq: Sequence) -> tuple[dict, TrackingResult, CompletionResult]:
+    """One run of priors -> tracking -> global BA -> completion with CPU seconds per stage."""
+    cam = seq.camera
+    t0, c0 = time.perf_counter(), time.process_time()
+    feats = list(extract_features(imgs, hand_masks=seq.hand_boxes))
     c1 = time.process_time()
     tracked = track_episode(feats, cam)
     c2 = time.process_time()
     bundle_adjust_keyframes(tracked, cam)
     c3 = time.process_time()
     done = complete_poses(tracked, feats, cam)
-    c4 = time.process_time()
-    times = {"priors_s": c1 - c0, "tracking_s": c2 - c1, "ba_s": c3 - c2, "completion_s": c4 - c3}
-    out = {"frames": len(imgs), "cpu_s": c4 - c0, "frames_per_cpu_s": len(imgs) / (c4 - c0), **times,
-           "keyframes": int(tracked.is_keyframe.sum()), "segments": int(tracked.segment_id.max()) + 1,
+    c4, wall = time.process_time(), time.perf_counter() - t0
+    times = {"cpu_s": c4 - c0, "wall_s": wall, "priors_s": c1 - c0, "tracking_s": c2 - c1, "ba_s": c3 - c2,
+             "completion_s": c4 - c3}
+    return times, tracked, done
+
+
+def _run_egolake(seq: Sequence, repeats: int) -> dict:
+    """Accuracy and CPU time of the fastest of ``repeats`` runs, plus every run's ATE.
+
+    The machine is shared, so the fastest run is the least disturbed measurement of CPU time.
+    """
+    imgs = seq.load()
+    runs = [_timed_pipeline(imgs, seq) for _ in range(repeats)]
+    times, tracked, done = min(runs, key=lambda r: r[0]["cpu_s"])
+    cpu_all = [r[0]["cpu_s"] for r in runs]
+    out = {"frames": len(imgs), **times, "frames_per_cpu_s": len(imgs) / times["cpu_s"],
+           "frames_per_cpu_s_median_run": len(imgs) / float(np.median(cpu_all)), "repeats": repeats,
+           "keyframes": int(tracked.is_keyframe.sum()), "segments": int(len(np.unique(tracked.segment_id))),
+           "lost_frames": int((tracked.state == 0).sum()),
+           "joined_segments": sum(j.joined_to != j.segment for j in tracked.joins),
            "rotation_drift_deg": rotation_drift_deg(done.world_from_cam),
            "max_translation": float(np.abs(done.world_from_cam[:, :3, 3]).max()),
            "static_frames": int((tracked.state == 1).sum())}
-    if gt is not None:
-        out.update(evaluate_trajectory(done.world_from_cam, gt).to_dict())
+    if seq.world_from_cam_gt is not None:
+        out.update(evaluate_trajectory(done.world_from_cam, seq.world_from_cam_gt).to_dict())
+        out["ate_pct_of_path_every_run"] = [
+            evaluate_trajectory(r[2].world_from_cam, seq.world_from_cam_gt).ate_pct_of_path for r in runs]
     return out
 
 
@@ -88,7 +157,7 @@ def _run_colmap(paths: list[Path], cam: Camera, gt: np.ndarray | None) -> dict:
         for p in paths:
             (img_dir / p.name).symlink_to(p)
         db = Path(tmp) / "db.db"
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         reader = pycolmap.ImageReaderOptions()
         reader.camera_model = "PINHOLE"
         reader.camera_params = f"{cam.fx},{cam.fy},{cam.cx},{cam.cy}"
@@ -96,21 +165,53 @@ def _run_colmap(paths: list[Path], cam: Camera, gt: np.ndarray | None) -> dict:
         pycolmap.match_sequential(db)
         opts = pycolmap.IncrementalPipelineOptions()
         opts.mapper.init_min_tri_angle = 2.0
+        opts.mapper.init_max_forward_motion = 1.0  # KITTI drives forward: the default 0.95 rejects every pair
         recs = pycolmap.incremental_mapping(db, img_dir, Path(tmp) / "sparse", options=opts)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         if not recs:
-            return {"registered": 0, "wall_s": wall}
+            return {"registered": 0, "wall_s": wall, "cpu_s": cpu}
         rec = max(recs.values(), key=lambda r: r.num_reg_images())
         names = [p.name for p in paths]
         wfc = np.full((len(paths), 4, 4), np.nan)
         for image in rec.images.values():
             if image.has_pose:
+                pose = image.cam_from_world()
                 wfc[names.index(image.name)] = world_from_cam_from_colmap_params(
-                    np.concatenate([image.cam_from_world().rotation.quat, image.cam_from_world().translation])[None])[0]
-    out = {"registered": int(rec.num_reg_images()), "wall_s": wall}
+                    np.concatenate([pose.rotation.quat, pose.translation])[None])[0]
+    out = {"registered": int(rec.num_reg_images()), "frames": len(paths), "wall_s": wall, "cpu_s": cpu,
+           "frames_per_cpu_s": len(paths) / cpu}
     if gt is not None:
         out.update(evaluate_trajectory(wfc, gt).to_dict())
     return out
+
+
+def _markdown(results: dict) -> str:
+    lines = [f"# camera poses benchmark\n\ncommand: `{results['command']}`  \ndate: {results['date']}  \n"
+             f"machine: {results['machine']}  \nload average at start: {results['load_average']}\n",
+             "| sequence | method | frames | registered | ATE % path | ATE m | RPE rot deg | rot drift deg "
+             "| frames/CPU-s | CPU s | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    nan = float("nan")
+    for name, entry in results["sequences"].items():
+        for method, r in entry.items():
+            lines.append(
+                f"| {name} | {method} | {r.get('frames')} | "
+                f"{r.get('registered', r.get('num_frames', '-'))} | "
+                f"{r.get('ate_pct_of_path', nan):.3f} | {r.get('ate_rmse_m', nan):.3f} | "
+                f"{r.get('rpe_rot_rmse_deg', nan):.3f} | {r.get('rotation_drift_deg', nan):.3f} | "
+                f"{r.get('frames_per_cpu_s', nan):.1f} | {r.get('cpu_s', nan):.2f} | "
+                f"{r.get('wall_s', nan):.1f} |")
+    lines.append("\negolake frames/CPU-s is the fastest of the repeated runs; the median run: "
+                 + ", ".join(f"{n} {e['egolake']['frames_per_cpu_s_median_run']:.1f}"
+                             for n, e in results["sequences"].items()))
+    lines.append("\negolake stage CPU seconds (priors / tracking / global BA / completion), keyframes, "
+                 "segments:\n")
+    for name, entry in results["sequences"].items():
+        r = entry["egolake"]
+        lines.append(f"- {name}: {r['priors_s']:.2f} / {r['tracking_s']:.2f} / {r['ba_s']:.2f} / "
+                     f"{r['completion_s']:.2f}; {r['keyframes']} keyframes, {r['segments']} segment(s), "
+                     f"{r['lost_frames']} lost frame(s), {r['joined_segments']} joined")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -119,31 +220,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--colmap", action="store_true", help="also run pycolmap's incremental mapper")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per sequence; the fastest is reported")
+    parser.add_argument("--synth-dir", type=Path, default=Path(tempfile.gettempdir()) / "egolake_bench_synth",
+                        help="where the synthetic clip is generated (reused when present)")
     args = parser.parse_args()
     cv2.setNumThreads(1)
     results = {"command": " ".join(sys.argv), "date": datetime.datetime.now().isoformat(timespec="seconds"),
-               "machine": f"{platform.node()} {platform.processor() or platform.machine()} "
-                          f"{os.cpu_count()} cpus, python {platform.python_version()}, opencv {cv2.__version__}",
-               "sequences": {}}
-    for name, (paths, cam, gt, size) in _sequences().items():
-        entry = {"egolake": _run_egolake(paths, cam, gt, size)}
-        if args.colmap and size is None and gt is not None:
-            entry["pycolmap"] = _run_colmap(paths, cam, gt)
+               "machine": f"{platform.node()} {platform.processor() or platform.machine()} {os.cpu_count()} "
+                          f"cpus, python {platform.python_version()}, opencv {cv2.__version__}",
+               "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()), "sequences": {}}
+    for name, seq in _sequences(args.synth_dir).items():
+        with threadpool_limits(1):
+            entry = {"egolake": _run_egolake(seq, args.repeats)}
+        if args.colmap and seq.image_paths is not None:
+            entry["pycolmap"] = _run_colmap(seq.image_paths, seq.camera, seq.world_from_cam_gt)
         results["sequences"][name] = entry
         logger.info("%s: %s", name, json.dumps(entry))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "camera_poses.json").write_text(json.dumps(results, indent=2))
-    lines = [f"# camera poses benchmark\n\ncommand: `{results['command']}`  \ndate: {results['date']}  \n"
-             f"machine: {results['machine']}\n",
-             "| sequence | method | frames | ATE % path | ATE m | RPE rot deg | rot drift deg | frames/CPU-s | wall s |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for name, entry in results["sequences"].items():
-        for method, r in entry.items():
-            lines.append(f"| {name} | {method} | {r.get('frames', r.get('registered'))} | "
-                         f"{r.get('ate_pct_of_path', float('nan')):.3f} | {r.get('ate_rmse_m', float('nan')):.3f} | "
-                         f"{r.get('rpe_rot_rmse_deg', float('nan')):.3f} | {r.get('rotation_drift_deg', float('nan')):.3f} | "
-                         f"{r.get('frames_per_cpu_s', float('nan')):.1f} | {r.get('wall_s', float('nan')):.1f} |")
-    (args.out / "camera_poses.md").write_text("\n".join(lines) + "\n")
+    (args.out / "camera_poses.md").write_text(_markdown(results))
 
 
 if __name__ == "__main__":

@@ -4,11 +4,13 @@ The problem is an edge list: observation ``m`` says that point ``point_idx[m]`` 
 ``cam_idx[m]`` at undistorted normalised coordinates ``xy[m]``. Cameras are ``cam_from_world``
 (rotation ``(C, 3, 3)``, translation ``(C, 3)``), updated on the left:
 ``R <- exp(dw) R``, ``t <- t + dt``. Residuals are in pixels (normalised error times the focal
-length) under a Huber or Cauchy loss (iteratively reweighted). The point blocks are eliminated:
-the reduced camera system ``U - W V^-1 W^T`` is a ``scipy.sparse`` (or ``cupyx.scipy.sparse``)
-product whose factor ``W`` has its sparsity pattern built once per problem and refilled each
-iteration. Fixed parameters (the gauge:
-one camera and one translation coordinate for scale) get a zero column and a unit diagonal.
+length) under a Huber or Cauchy loss (iteratively reweighted). The point blocks are eliminated
+(Schur complement) and the reduced camera system ``S = U - W V^-1 W^T`` is formed by ``_Pattern``,
+whose structure is built once per problem and refilled each iteration: a dense product for small
+problems (sliding-window BA), observation pairs summed per camera block for large ones (global
+BA; memory bounded by chunking), solved dense up to ``dense_max_cameras`` cameras and as a
+``scipy.sparse`` (``cupyx.scipy.sparse``) matrix above. Fixed parameters (the gauge: one camera
+and one translation coordinate for scale) get a zero column and a unit diagonal.
 
 All array math takes an ``xp`` module: numpy on CPU, cupy on GPU (untested here without a GPU).
 ``optimize_pose`` is the motion-only special case (points fixed) used by tracking and completion.
@@ -24,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from pose_core.errors import ShapeError
-from pose_core.geometry.rigid3 import nearest_rotation, skew, so3_exp
+from pose_core.geometry.rigid3 import nearest_rotation, so3_exp
 
 __all__ = ["BAOptions", "BAProblem", "BAResult", "PoseFit", "bundle_adjust", "optimize_pose"]
 
@@ -51,6 +53,16 @@ class BAOptions:
     damping_up: float = 10.0
     # factor by which the damping shrinks after an accepted step
     damping_down: float = 3.0
+    # give up (keep the current estimate) once the damping exceeds this
+    max_damping: float = 1e8
+    # problems with 6C x 3P at most this many entries form the reduced system by a dense product
+    dense_max_entries: int = 2_000_000
+    # reduced camera systems of at most this many cameras are solved dense, larger ones sparse
+    dense_max_cameras: int = 100
+    # observation pairs per chunk when filling the reduced system (bounds the memory of that step)
+    pair_chunk: int = 1 << 18
+    # motion-only optimisation stops when its step (radians and map units) is below this
+    pose_step_tol: float = 1e-6
 
 
 @dataclass
@@ -128,49 +140,145 @@ def _robust(r_norm: Any, opts: BAOptions, xp: ModuleType) -> tuple[Any, Any]:
     return rho, w
 
 
-def _project(rot: Any, trans: Any, pts: Any, prob: BAProblem, xp: ModuleType) -> tuple[Any, Any]:
-    """Camera-frame points ``(M, 3)`` and pixel residuals ``(M, 2)``."""
-    x_in_cam = xp.einsum("mij,mj->mi", rot[prob.cam_idx], pts[prob.point_idx]) + trans[prob.cam_idx]
+def _residuals(rot: Any, trans: Any, pts: Any, prob: BAProblem, opts: BAOptions, xp: ModuleType
+               ) -> tuple[Any, Any, Any, Any]:
+    """Camera-frame points ``(M, 3)``, pixel residuals ``(M, 2)``, robust costs and IRLS weights ``(M,)``."""
+    x_in_cam = (rot[prob.cam_idx] @ pts[prob.point_idx][:, :, None])[:, :, 0] + trans[prob.cam_idx]
     z = xp.maximum(x_in_cam[:, 2], _MIN_DEPTH)
     res = (x_in_cam[:, :2] / z[:, None] - prob.xy) * prob.focal_px
-    return x_in_cam, res
+    rho, w = _robust(xp.linalg.norm(res, axis=1), opts, xp)
+    return x_in_cam, res, rho, xp.where(x_in_cam[:, 2] > _MIN_DEPTH, w, 0.0)
+
+
+def _projection_jacobians(x_in_cam: Any, rx: Any, focal_px: float, xp: ModuleType) -> tuple[Any, Any]:
+    """Jacobians of the pixel projection of ``x_in_cam = R p + t`` (left update of ``R``).
+
+    Args:
+        x_in_cam: camera-frame points, ``(M, 3)``.
+        rx: the rotated world points ``R p = x_in_cam - t``, ``(M, 3)``.
+        focal_px: focal length, pixels.
+        xp: array module.
+
+    Returns:
+        ``d res / d x_in_cam`` (also ``d res / d t``), ``(M, 2, 3)``, and ``d res / d w``, ``(M, 2, 3)``.
+    """
+    inv_z = 1.0 / xp.maximum(x_in_cam[:, 2], _MIN_DEPTH)
+    d_proj = xp.zeros((len(inv_z), 2, 3))
+    d_proj[:, 0, 0] = d_proj[:, 1, 1] = focal_px * inv_z
+    d_proj[:, :, 2] = -focal_px * x_in_cam[:, :2] * (inv_z**2)[:, None]
+    return d_proj, xp.cross(rx[:, None, :], d_proj)  # row k of d/dw: rx x d_proj[k]
 
 
 class _Pattern:
-    """Sparsity pattern of ``W`` (cameras x points, 6x3 blocks), built once per problem.
+    """Structure of the reduced camera system ``S = U - sum_p W_ip V_p^-1 W_jp^T``, built once per problem.
 
-    Each iteration refills values only: the per-observation blocks ``(M, 6, 3)`` of ``W`` and of
-    ``Y = W V^-1`` (same pattern, since ``V^-1`` is block diagonal) are permuted into CSR data
-    arrays, and the reduced camera system is ``U - Y W^T`` (a sparse product).
+    Small problems (``6C x 3P`` at most ``dense_max_entries``) scatter ``W`` and ``Y = W V^-1`` into
+    dense ``(6C, 3P)`` matrices and form ``Y W^T`` with one matrix product. Larger ones use the
+    observation pairs: every ordered pair ``(a, b)`` of observations of one point adds ``Y_a W_b^T``
+    (6x6) to the block of cameras ``(cam_a, cam_b)``; the pairs, their block index and the CSR layout
+    of the blocks are computed here once, and each iteration only refills values (in chunks of
+    ``pair_chunk`` pairs, which bounds memory). ``S`` is solved dense up to ``dense_max_cameras``
+    cameras, sparse above.
     """
 
-    def __init__(self, prob: BAProblem, xp: ModuleType) -> None:
+    def __init__(self, prob: BAProblem, opts: BAOptions, xp: ModuleType) -> None:
+        self.n_cam, self.n_pt = len(prob.rotation), len(prob.points)
+        self.cam_idx, self.point_idx = prob.cam_idx, prob.point_idx
+        self.dense_product = 18 * self.n_cam * self.n_pt <= opts.dense_max_entries
+        self.dense_solve = self.n_cam <= opts.dense_max_cameras
+        if not self.dense_product:
+            self._pairs(prob, opts, xp)
+
+    def _pairs(self, prob: BAProblem, opts: BAOptions, xp: ModuleType) -> None:
+        """Observation pairs of each point (``cam_a <= cam_b``), sorted by their camera block."""
         cam = _to_numpy(prob.cam_idx).astype(np.int64)
         pt = _to_numpy(prob.point_idx).astype(np.int64)
-        n_cam, n_pt = len(prob.rotation), len(prob.points)
-        rows = (6 * cam[:, None, None] + np.arange(6)[None, :, None]) + np.zeros((1, 1, 3), np.int64)
-        cols = (3 * pt[:, None, None] + np.arange(3)[None, None, :]) + np.zeros((1, 6, 1), np.int64)
-        rows, cols = rows.ravel(), cols.ravel()
-        order = np.lexsort((cols, rows))
-        self.perm = xp.asarray(order)
-        self.w_indices = xp.asarray(cols[order].astype(np.int32))
-        self.w_indptr = xp.asarray(np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=6 * n_cam))])
-                                   .astype(np.int32))
-        self.shape_w = (6 * n_cam, 3 * n_pt)
-        n = 6 * n_cam
-        self.u_indices = xp.asarray((6 * (np.arange(n) // 6)[:, None] + np.arange(6)[None, :]).ravel()
-                                    .astype(np.int32))
-        self.u_indptr = xp.asarray(np.arange(0, 6 * n + 1, 6, dtype=np.int32))
-        self.n = n
+        n_cam = self.n_cam
+        order = np.argsort(pt, kind="stable")
+        counts = np.bincount(pt, minlength=self.n_pt)
+        k = counts[pt[order]]  # size of the point's group at each sorted position
+        first = (np.cumsum(counts) - counts)[pt[order]]
+        a = np.repeat(np.arange(len(pt)), k)
+        b = np.repeat(first, k) + np.arange(len(a)) - np.repeat(np.cumsum(k) - k, k)
+        obs_a, obs_b = order[a], order[b]
+        upper = cam[obs_a] <= cam[obs_b]
+        obs_a, obs_b = obs_a[upper], obs_b[upper]
+        key = cam[obs_a] * n_cam + cam[obs_b]
+        by_block = np.argsort(key, kind="stable")
+        obs_a, obs_b, key = obs_a[by_block], obs_b[by_block], key[by_block]
+        diag = np.arange(n_cam) * (n_cam + 1)
+        up_blocks, up_inverse = np.unique(np.concatenate([key, diag]), return_inverse=True)
+        self.obs_a, self.obs_b = xp.asarray(obs_a), xp.asarray(obs_b)
+        self.pair_block = up_inverse[:len(key)]  # non-decreasing: segments of equal block are contiguous
+        self.n_up, self.chunk = len(up_blocks), opts.pair_chunk
+        rows, cols = up_blocks // n_cam, up_blocks % n_cam
+        off = rows != cols  # the lower triangle is the transpose of the upper one
+        full_rows, full_cols = np.concatenate([rows, cols[off]]), np.concatenate([cols, rows[off]])
+        row_major = np.lexsort((full_cols, full_rows))
+        full_rows, full_cols = full_rows[row_major], full_cols[row_major]
+        self.full_src = xp.asarray(np.concatenate([np.arange(self.n_up), np.nonzero(off)[0]])[row_major])
+        self.full_transposed = xp.asarray((row_major >= self.n_up)[:, None, None])
+        self.diag_block = xp.asarray(up_inverse[len(key):])
+        self.block_row, self.block_col = xp.asarray(full_rows), xp.asarray(full_cols)
+        if not self.dense_solve:
+            self._csr_layout(full_rows, full_cols, xp)
 
-    def _w_matrix(self, blocks: Any, xp: ModuleType) -> Any:
-        return _sparse(xp).csr_matrix((blocks.reshape(-1)[self.perm], self.w_indices, self.w_indptr),
-                                      shape=self.shape_w)
+    def _csr_layout(self, rows: np.ndarray, cols: np.ndarray, xp: ModuleType) -> None:
+        """Gather index from block values ``(B, 6, 6)`` to CSR data, plus CSR indices and indptr."""
+        per_row = np.bincount(rows, minlength=self.n_cam)
+        row_start = np.cumsum(per_row) - per_row
+        b, r, c = np.meshgrid(np.arange(len(rows)), np.arange(6), np.arange(6), indexing="ij")
+        start = row_start[rows][:, None, None]
+        pos = (36 * start + r * 6 * per_row[rows][:, None, None] + 6 * (b - start) + c).ravel()
+        gather = np.argsort(pos)
+        self.csr_gather = xp.asarray(gather)
+        self.csr_indices = xp.asarray((6 * cols[:, None, None] + c).ravel()[gather].astype(np.int32))
+        indptr = np.concatenate([[0], np.cumsum(np.repeat(6 * per_row, 6))])
+        self.csr_indptr = xp.asarray(indptr.astype(np.int32))
 
-    def reduced(self, y_blocks: Any, w_blocks: Any, u_blocks: Any, xp: ModuleType) -> Any:
-        """Sparse ``U - Y W^T``, ``(6C, 6C)``, from blocks ``(M, 6, 3)``, ``(M, 6, 3)``, ``(C, 6, 6)``."""
-        u = _sparse(xp).csr_matrix((u_blocks.reshape(-1), self.u_indices, self.u_indptr), shape=(self.n, self.n))
-        return u - self._w_matrix(y_blocks, xp) @ self._w_matrix(w_blocks, xp).T
+    def _scatter(self, blocks: Any, xp: ModuleType) -> Any:
+        """Dense ``(6C, 3P)`` matrix from per-observation ``(M, 6, 3)`` blocks."""
+        out = xp.zeros((self.n_cam, 6, self.n_pt, 3))
+        out[self.cam_idx, :, self.point_idx, :] = blocks
+        return out.reshape(6 * self.n_cam, 3 * self.n_pt)
+
+    def _pair_blocks(self, y: Any, w_blk: Any, xp: ModuleType) -> Any:
+        """``sum Y_a W_b^T`` per upper camera block, ``(B_up, 6, 6)`` (chunked segment sums)."""
+        acc = xp.zeros((self.n_up, 36))
+        for s in range(0, len(self.obs_a), self.chunk):
+            a, b = self.obs_a[s:s + self.chunk], self.obs_b[s:s + self.chunk]
+            blk = self.pair_block[s:s + self.chunk]
+            starts = np.nonzero(np.r_[True, blk[1:] != blk[:-1]])[0]
+            prod = (y[a] @ xp.swapaxes(w_blk[b], 1, 2)).reshape(-1, 36)
+            acc[xp.asarray(blk[starts])] += _segment_sum_sorted(prod, starts, xp)
+        return acc.reshape(self.n_up, 6, 6)
+
+    def solve(self, u: Any, y: Any, w_blk: Any, rhs: Any, xp: ModuleType) -> Any:
+        """Solve ``S d = rhs`` for the camera step ``(C, 6)``.
+
+        Args:
+            u: damped camera blocks with the gauge on the diagonal, ``(C, 6, 6)``.
+            y: ``W V^-1`` per observation, ``(M, 6, 3)``.
+            w_blk: ``W`` per observation, ``(M, 6, 3)``.
+            rhs: reduced right-hand side, ``(C, 6)``.
+            xp: array module.
+        """
+        n = 6 * self.n_cam
+        if self.dense_product:
+            mat = -(self._scatter(y, xp) @ self._scatter(w_blk, xp).T).reshape(self.n_cam, 6, self.n_cam, 6)
+            cams = xp.arange(self.n_cam)
+            mat[cams, :, cams, :] += u
+            return xp.linalg.solve(mat.reshape(n, n), rhs.reshape(-1)).reshape(-1, 6)
+        up = -self._pair_blocks(y, w_blk, xp)
+        up[self.diag_block] += u
+        vals = xp.where(self.full_transposed, xp.swapaxes(up[self.full_src], 1, 2), up[self.full_src])
+        if self.dense_solve:
+            mat = xp.zeros((self.n_cam, self.n_cam, 6, 6))
+            mat[self.block_row, self.block_col] = vals
+            return xp.linalg.solve(xp.swapaxes(mat, 1, 2).reshape(n, n), rhs.reshape(-1)).reshape(-1, 6)
+        mat = _sparse(xp).csr_matrix((vals.reshape(-1)[self.csr_gather], self.csr_indices, self.csr_indptr),
+                                     shape=(n, n))
+        return _spsolve(mat, rhs.reshape(-1), xp).reshape(-1, 6)
 
 
 def _to_numpy(a: Any) -> np.ndarray:
@@ -197,6 +305,14 @@ def _spsolve(mat: Any, rhs: Any, xp: ModuleType) -> Any:
     return cu_spsolve(mat, rhs)
 
 
+def _segment_sum_sorted(vals: Any, starts: np.ndarray, xp: ModuleType) -> Any:
+    """Sums of the contiguous row segments of ``vals (N, K)`` that begin at ``starts (S,)``, ``(S, K)``."""
+    if xp is np:
+        return np.add.reduceat(vals, starts, axis=0)
+    seg = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(vals)]))
+    return _segment_sum(xp.asarray(seg), vals, len(starts), xp)
+
+
 def _segment_sum(idx: Any, vals: Any, n: int, xp: ModuleType) -> Any:
     """Sum rows of ``vals (M, ...)`` into ``n`` bins by ``idx (M,)``."""
     flat = vals.reshape(len(idx), -1)
@@ -206,24 +322,20 @@ def _segment_sum(idx: Any, vals: Any, n: int, xp: ModuleType) -> Any:
     return out.reshape((n,) + vals.shape[1:])
 
 
-def _linearize(rot: Any, trans: Any, pts: Any, prob: BAProblem, opts: BAOptions, xp: ModuleType):  # noqa: ANN202
-    x_in_cam, res = _project(rot, trans, pts, prob, xp)
-    r_norm = xp.linalg.norm(res, axis=1)
-    rho, w = _robust(r_norm, opts, xp)
-    w = xp.where(x_in_cam[:, 2] > _MIN_DEPTH, w, 0.0)
-    z = xp.maximum(x_in_cam[:, 2], _MIN_DEPTH)
-    f = prob.focal_px
-    zero = xp.zeros_like(z)
-    d_proj = f * xp.stack([
-        xp.stack([1 / z, zero, -x_in_cam[:, 0] / z**2], axis=-1),
-        xp.stack([zero, 1 / z, -x_in_cam[:, 1] / z**2], axis=-1),
-    ], axis=-2)  # (M, 2, 3)
-    rx = x_in_cam - trans[prob.cam_idx]
-    eye = xp.broadcast_to(xp.eye(3), rx.shape + (3,))
-    j_cam = d_proj @ xp.concatenate([-skew(rx, xp), eye], axis=-1)  # (M, 2, 6)
-    j_cam = j_cam * (~prob.fixed_params[prob.cam_idx])[:, None, :]
+def _normal_blocks(rot: Any, trans: Any, x_in_cam: Any, res: Any, w: Any, prob: BAProblem, xp: ModuleType
+                   ) -> tuple[Any, Any, Any, Any, Any]:
+    """Gauss-Newton blocks: ``U (C,6,6)``, ``V (P,3,3)``, ``g_cam (C,6)``, ``g_pt (P,3)``, ``W (M,6,3)``."""
+    d_proj, j_rot = _projection_jacobians(x_in_cam, x_in_cam - trans[prob.cam_idx], prob.focal_px, xp)
+    j_cam = xp.concatenate([j_rot, d_proj], axis=2) * (~prob.fixed_params[prob.cam_idx])[:, None, :]
     j_pt = d_proj @ rot[prob.cam_idx]  # (M, 2, 3)
-    return res, w, rho, j_cam, j_pt
+    jw_cam_t = xp.swapaxes(j_cam * w[:, None, None], 1, 2)  # (M, 6, 2)
+    jw_pt_t = xp.swapaxes(j_pt * w[:, None, None], 1, 2)  # (M, 3, 2)
+    n_cam, n_pt = len(rot), len(prob.points)
+    u = _segment_sum(prob.cam_idx, jw_cam_t @ j_cam, n_cam, xp)
+    v = _segment_sum(prob.point_idx, jw_pt_t @ j_pt, n_pt, xp)
+    g_cam = _segment_sum(prob.cam_idx, (jw_cam_t @ res[:, :, None])[:, :, 0], n_cam, xp)
+    g_pt = _segment_sum(prob.point_idx, (jw_pt_t @ res[:, :, None])[:, :, 0], n_pt, xp)
+    return u, v, g_cam, g_pt, jw_cam_t @ j_pt
 
 
 def bundle_adjust(prob: BAProblem, opts: BAOptions | None = None, xp: ModuleType = np) -> BAResult:
@@ -242,52 +354,42 @@ def bundle_adjust(prob: BAProblem, opts: BAOptions | None = None, xp: ModuleType
     """
     opts = opts or BAOptions()
     prob.validate()
-    n_cam, n_pt = len(prob.rotation), len(prob.points)
-    pattern = _Pattern(prob, xp)
-    fixed_flat = prob.fixed_params.reshape(-1).astype(xp.float64)
+    n_pt = len(prob.points)
+    pattern = _Pattern(prob, opts, xp)
+    gauge = xp.eye(6) * prob.fixed_params[:, None, :]  # unit diagonal on fixed parameters, (C, 6, 6)
     rot, trans, pts = prob.rotation, prob.translation, prob.points
-    res, w, rho, j_cam, j_pt = _linearize(rot, trans, pts, prob, opts, xp)
+    x_in_cam, res, rho, w = _residuals(rot, trans, pts, prob, opts, xp)
     cost = initial_cost = float(rho.sum())
     lam, converged, it = opts.initial_damping, False, 0
     while it < opts.max_iterations:
-        it += 1
-        jw_cam = j_cam * w[:, None, None]
-        jw_pt = j_pt * w[:, None, None]
-        u = _segment_sum(prob.cam_idx, xp.swapaxes(jw_cam, 1, 2) @ j_cam, n_cam, xp)
-        v = _segment_sum(prob.point_idx, xp.swapaxes(jw_pt, 1, 2) @ j_pt, n_pt, xp)
-        g_cam = _segment_sum(prob.cam_idx, xp.einsum("mki,mk->mi", jw_cam, res), n_cam, xp)
-        g_pt = _segment_sum(prob.point_idx, xp.einsum("mki,mk->mi", jw_pt, res), n_pt, xp)
-        w_blk = xp.swapaxes(jw_cam, 1, 2) @ j_pt  # (M, 6, 3)
-        while True:
-            ud = u + lam * u * xp.eye(6) + 1e-9 * xp.eye(6)
-            vd = v + lam * v * xp.eye(3) + 1e-9 * xp.eye(3)
-            v_inv = xp.linalg.inv(vd)
+        u, v, g_cam, g_pt, w_blk = _normal_blocks(rot, trans, x_in_cam, res, w, prob, xp)
+        new_cost = np.inf
+        while it < opts.max_iterations and lam <= opts.max_damping:
+            it += 1
+            v_inv = xp.linalg.inv(v + (lam * v + 1e-9 * xp.eye(3)) * xp.eye(3))
             y = w_blk @ v_inv[prob.point_idx]  # (M, 6, 3)
-            s = pattern.reduced(y, w_blk, ud, xp) + _sparse(xp).diags(fixed_flat)
-            rhs = -g_cam + _segment_sum(prob.cam_idx, xp.einsum("mij,mj->mi", y, g_pt[prob.point_idx]), n_cam, xp)
-            d_cam = _spsolve(s, rhs.reshape(-1), xp).reshape(n_cam, 6)
-            wt_dc = xp.einsum("mij,mi->mj", w_blk, d_cam[prob.cam_idx])
-            d_pt = xp.einsum("pij,pj->pi", v_inv, -g_pt - _segment_sum(prob.point_idx, wt_dc, n_pt, xp))
+            rhs = -g_cam + _segment_sum(prob.cam_idx, (y @ g_pt[prob.point_idx][:, :, None])[:, :, 0],
+                                        len(rot), xp)
+            d_cam = pattern.solve(u + (lam * u + 1e-9 * xp.eye(6)) * xp.eye(6) + gauge, y, w_blk, rhs, xp)
+            wt_dc = (xp.swapaxes(w_blk, 1, 2) @ d_cam[prob.cam_idx][:, :, None])[:, :, 0]
+            d_pt = (v_inv @ (-g_pt - _segment_sum(prob.point_idx, wt_dc, n_pt, xp))[:, :, None])[:, :, 0]
             new_rot = nearest_rotation(so3_exp(d_cam[:, :3], xp) @ rot, xp)
             new_trans, new_pts = trans + d_cam[:, 3:], pts + d_pt
-            lin = _linearize(new_rot, new_trans, new_pts, prob, opts, xp)
-            new_cost = float(lin[2].sum())
+            new = _residuals(new_rot, new_trans, new_pts, prob, opts, xp)
+            new_cost = float(new[2].sum())
             if new_cost < cost:
                 break
             lam *= opts.damping_up
-            it += 1
-            if it >= opts.max_iterations or lam > 1e8:
-                break
         if new_cost >= cost:
             break
         rel = (cost - new_cost) / max(cost, 1e-12)
         rot, trans, pts, cost = new_rot, new_trans, new_pts, new_cost
-        res, w, _, j_cam, j_pt = lin
+        x_in_cam, res, _, w = new
         lam = max(lam / opts.damping_down, 1e-9)
         if rel < opts.rel_cost_tol:
             converged = True
             break
-    logger.debug("BA %d cams %d pts: cost %.1f -> %.1f in %d its", n_cam, n_pt, initial_cost, cost, it)
+    logger.debug("BA %d cams %d pts: cost %.1f -> %.1f in %d its", len(rot), n_pt, initial_cost, cost, it)
     return BAResult(rot, trans, pts, converged, cost, initial_cost, it, xp.linalg.norm(res, axis=1))
 
 
@@ -333,25 +435,24 @@ def optimize_pose(
     rot, trans = nearest_rotation(cam_from_world[:3, :3]), cam_from_world[:3, 3].copy()
     it = 0
     for it in range(1, opts.max_iterations + 1):  # noqa: B007 - reported below
-        x_in_cam = x_in_world @ rot.T + trans
+        rx = x_in_world @ rot.T
+        x_in_cam = rx + trans
         z = np.maximum(x_in_cam[:, 2], _MIN_DEPTH)
         res = (x_in_cam[:, :2] / z[:, None] - xy) * focal_px
         _, w = _robust(np.linalg.norm(res, axis=1), opts, np)
         w = np.where(x_in_cam[:, 2] > _MIN_DEPTH, w, 0.0)
-        jx = np.zeros((len(z), 2, 3))
-        jx[:, 0, 0] = jx[:, 1, 1] = focal_px / z
-        jx[:, :, 2] = -focal_px * x_in_cam[:, :2] / z[:, None] ** 2
-        jac = jx @ np.concatenate([-skew(x_in_cam - trans), np.broadcast_to(np.eye(3), (len(z), 3, 3))], axis=2)
-        jw = jac * w[:, None, None]
-        h = np.einsum("mki,mkj->ij", jw, jac) + 1e-9 * np.eye(6)
-        step = np.linalg.solve(h, -np.einsum("mki,mk->i", jw, res))
+        d_proj, j_rot = _projection_jacobians(x_in_cam, rx, focal_px, np)
+        jac = np.concatenate([j_rot, d_proj], axis=2).reshape(-1, 6)  # (2N, 6)
+        jw = jac * np.repeat(w, 2)[:, None]
+        step = np.linalg.solve(jw.T @ jac + 1e-9 * np.eye(6), -jw.T @ res.reshape(-1))
         rot = so3_exp(step[:3]) @ rot
         trans = trans + step[3:]
-        if np.linalg.norm(step) < 1e-8:
+        if np.linalg.norm(step) < opts.pose_step_tol:
             break
     x_in_cam = x_in_world @ rot.T + trans
     z = x_in_cam[:, 2]
-    err = np.linalg.norm((x_in_cam[:, :2] / np.where(z > _MIN_DEPTH, z, np.nan)[:, None] - xy) * focal_px, axis=1)
+    z = np.where(z > _MIN_DEPTH, z, np.nan)
+    err = np.linalg.norm((x_in_cam[:, :2] / z[:, None] - xy) * focal_px, axis=1)
     inliers = np.nan_to_num(err, nan=np.inf) < inlier_px
     out = np.eye(4)
     out[:3, :3], out[:3, 3] = rot, trans

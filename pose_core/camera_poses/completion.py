@@ -18,7 +18,8 @@ import numpy as np
 
 from pose_core.camera_poses.ba import BAOptions, BAResult, optimize_pose
 from pose_core.camera_poses.features import FrameFeatures
-from pose_core.camera_poses.tracking import TrackingResult, TrackingState, refine_keyframes
+from pose_core.camera_poses.keyframe_map import refine_keyframes
+from pose_core.camera_poses.tracking import TrackingResult, TrackingState
 from pose_core.geometry.camera import Camera
 from pose_core.geometry.rigid3 import interpolate_rigid, invert_rigid_matrices
 

@@ -7,6 +7,11 @@ slower per frame once matching is included and its corners are pixel-quantised, 
 slower. ``bench/camera_poses.py`` measures the three. Descriptors would be needed to re-find a
 track after it is lost (loop closure); that is not done here.
 
+New corners are found only where they are needed: the image is cut into square cells of
+``cell_px``; FAST corners are detected once per top-up and each cell without a live track gets
+its strongest corner (no per-track masks drawn). Hands are excluded with a per-frame mask or a
+list of boxes (``hand_mask_from_boxes``).
+
 The output per frame (``FrameFeatures``) is what every later stage consumes, so no later stage
 decodes the video again: ``to_flat`` / ``from_flat`` give a compact form for a table row.
 """
@@ -22,7 +27,9 @@ import numpy as np
 
 from pose_core.errors import ShapeError
 
-__all__ = ["FeatureOptions", "FrameFeatures", "KltTracker", "extract_features"]
+__all__ = [
+    "FeatureOptions", "FrameFeatures", "HandRegion", "KltTracker", "extract_features", "hand_mask_from_boxes",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -35,10 +42,10 @@ class FeatureOptions:
     max_features: int = 500
     # re-detect corners when the live tracks fall below this fraction of max_features
     redetect_ratio: float = 0.7
-    # minimum distance between corners, pixels
-    min_distance_px: float = 12.0
-    # Shi-Tomasi quality level, relative to the strongest corner
-    corner_quality: float = 0.005
+    # side of the square grid cells; a new corner is placed only in a cell without a live track, pixels
+    cell_px: int = 18
+    # FAST intensity threshold of a corner, grey levels (low: weak texture still gets corners)
+    fast_threshold: int = 10
     # KLT window side, pixels
     window_px: int = 13
     # KLT pyramid levels above the base image
@@ -98,6 +105,7 @@ class KltTracker:
         w = self.opts.window_px
         self._lk = {"winSize": (w, w), "maxLevel": self.opts.pyramid_levels,
                     "criteria": (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 20, 0.03)}
+        self._fast = cv2.FastFeatureDetector_create(self.opts.fast_threshold)
 
     def step(self, frame_idx: int, gray: np.ndarray, hand_mask: np.ndarray | None = None) -> FrameFeatures:
         """Track the previous frame's points into ``gray`` and top up with new corners.
@@ -147,33 +155,85 @@ class KltTracker:
         self, gray: np.ndarray, uv: np.ndarray, ids: np.ndarray, hand_mask: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
         o = self.opts
-        mask = np.zeros(gray.shape, np.uint8)
-        mask[o.border_px:-o.border_px, o.border_px:-o.border_px] = 255
-        if hand_mask is not None:
-            mask[hand_mask] = 0
-        for u, v in uv:
-            cv2.circle(mask, (int(u), int(v)), int(o.min_distance_px), 0, -1)
-        want = o.max_features - len(uv)
-        corners = cv2.goodFeaturesToTrack(gray, want, o.corner_quality, o.min_distance_px, mask=mask)
-        if corners is None:
+        h, w = gray.shape
+        n_cols = -(-w // o.cell_px)
+        keypoints = self._fast.detect(gray)
+        if not keypoints:
             return uv, ids
-        new_uv = corners.reshape(-1, 2).astype(np.float32)
+        cand = np.array([k.pt for k in keypoints], np.float32)
+        score = np.array([k.response for k in keypoints], np.float32)
+        b = o.border_px
+        ok = (cand[:, 0] >= b) & (cand[:, 0] < w - b) & (cand[:, 1] >= b) & (cand[:, 1] < h - b)
+        if hand_mask is not None:
+            ok &= ~hand_mask[cand[:, 1].astype(int), cand[:, 0].astype(int)]
+        cell = _grid_cell(cand, o.cell_px, n_cols)
+        taken = np.zeros(n_cols * -(-h // o.cell_px), bool)
+        taken[_grid_cell(uv, o.cell_px, n_cols)] = True
+        ok &= ~taken[cell]
+        cand, score, cell = cand[ok], score[ok], cell[ok]
+        order = np.lexsort((-score, cell))  # by cell, strongest first
+        first = order[np.r_[True, cell[order][1:] != cell[order][:-1]]] if len(order) else order
+        best = first[np.argsort(-score[first])][: max(o.max_features - len(uv), 0)]
+        new_uv = cand[best]
         new_ids = np.arange(self._next_id, self._next_id + len(new_uv), dtype=np.int64)
         self._next_id += len(new_uv)
         return np.concatenate([uv, new_uv]), np.concatenate([ids, new_ids])
 
 
+def _grid_cell(uv_px: np.ndarray, cell_px: int, n_cols: int) -> np.ndarray:
+    """Row-major index of the grid cell holding each pixel position ``(N, 2)``, ``(N,)``."""
+    ij = (uv_px // cell_px).astype(np.int64)
+    return ij[:, 1] * n_cols + ij[:, 0]
+
+
+HandRegion = np.ndarray | None
+"""Hands of one frame: a bool mask ``(H, W)`` (True on hand pixels), boxes ``(K, 4)`` as pixel
+``(u_min, v_min, u_max, v_max)``, or None when unknown."""
+
+
+def hand_mask_from_boxes(boxes: np.ndarray, shape: tuple[int, int], margin_px: float = 0.0) -> np.ndarray:
+    """Bool mask ``(H, W)`` that is True on pixels whose centre lies inside any box.
+
+    Args:
+        boxes: ``(K, 4)`` pixel boxes ``(u_min, v_min, u_max, v_max)``; NaN rows are ignored.
+        shape: ``(H, W)`` of the image.
+        margin_px: grow each box by this many pixels on every side.
+
+    Returns:
+        The mask.
+
+    Raises:
+        ShapeError: if ``boxes`` is not ``(K, 4)``.
+    """
+    boxes = np.asarray(boxes, dtype=np.float64)
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise ShapeError("hand boxes", boxes.shape, "(K, 4)")
+    mask = np.zeros(shape, bool)
+    for u0, v0, u1, v1 in boxes[np.isfinite(boxes).all(axis=1)]:
+        r0, r1 = max(int(np.ceil(v0 - margin_px)), 0), min(int(np.floor(v1 + margin_px)) + 1, shape[0])
+        c0, c1 = max(int(np.ceil(u0 - margin_px)), 0), min(int(np.floor(u1 + margin_px)) + 1, shape[1])
+        mask[r0:r1, c0:c1] = True
+    return mask
+
+
+def _as_mask(region: HandRegion, shape: tuple[int, int]) -> np.ndarray | None:
+    if region is None or region.dtype == bool:
+        return region
+    return hand_mask_from_boxes(region, shape)
+
+
 def extract_features(
     grays: Iterable[np.ndarray],
     opts: FeatureOptions | None = None,
-    hand_masks: Iterable[np.ndarray | None] | None = None,
+    hand_masks: Iterable[HandRegion] | None = None,
 ) -> Iterator[FrameFeatures]:
     """Run a ``KltTracker`` over frames in decode order.
 
     Args:
         grays: grayscale frames, each ``(H, W)`` uint8.
         opts: tracker options.
-        hand_masks: per-frame hand masks ``(H, W)`` bool (or None entries), or None for no masking.
+        hand_masks: per frame a ``HandRegion`` (bool mask ``(H, W)``, boxes ``(K, 4)`` or None), or
+            None for no masking.
 
     Yields:
         ``FrameFeatures`` for frame 0, 1, ...
@@ -181,4 +241,4 @@ def extract_features(
     tracker = KltTracker(opts)
     masks = iter(hand_masks) if hand_masks is not None else None
     for idx, gray in enumerate(grays):
-        yield tracker.step(idx, gray, next(masks) if masks is not None else None)
+        yield tracker.step(idx, gray, _as_mask(next(masks), gray.shape) if masks is not None else None)

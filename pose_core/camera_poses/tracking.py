@@ -4,10 +4,12 @@ Per segment: frames before initialisation get a rotation-only pose (state ``STAT
 is still or only turning, no translation is invented). When the rotation-compensated parallax to
 the segment's reference frame exceeds ``init_min_parallax_deg`` a 5-point RANSAC gives the first
 two keyframes and a triangulated map; then each frame is tracked by robust motion-only
-optimisation (PnP RANSAC as fallback) against the map, keyframes add triangulated points and
+optimisation (PnP RANSAC as fallback) against the map, keyframes add points (each track is
+triangulated against the keyframe where it was first seen: the longest baseline it has) and
 trigger a sliding-window BA. When too few map points are found the frame is marked ``LOST`` and a
 new segment starts there, anchored at the last good pose (its scale set from the previous
-segment's keyframe spacing): an episode never fails because tracking was lost.
+segment's keyframe spacing): an episode never fails because tracking was lost. After the last
+frame, segments are joined to their predecessor where their maps share tracks (``joining``).
 """
 
 from __future__ import annotations
@@ -20,16 +22,22 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from pose_core.camera_poses.ba import BAOptions, BAProblem, BAResult, bundle_adjust, optimize_pose
+from pose_core.camera_poses.ba import BAOptions, optimize_pose
 from pose_core.camera_poses.features import FrameFeatures
+from pose_core.camera_poses.joining import JoinOptions, SegmentJoin, join_segments
+from pose_core.camera_poses.keyframe_map import FirstSeen, Keyframe, MapPoints, refine_keyframes
 from pose_core.camera_poses.keyframes import KeyframeOptions, KeyframeSelector
-from pose_core.camera_poses.twoview import estimate_relative_motion, parallax_deg, rotation_between, triangulate
+from pose_core.camera_poses.twoview import (
+    RelativeMotion,
+    estimate_relative_motion,
+    parallax_deg,
+    rotation_between,
+    triangulate,
+)
 from pose_core.geometry.camera import Camera
 from pose_core.geometry.rigid3 import invert_rigid_matrices
 
-__all__ = [
-    "Keyframe", "TrackingOptions", "TrackingResult", "TrackingState", "refine_keyframes", "track_episode",
-]
+__all__ = ["TrackingOptions", "TrackingResult", "TrackingState", "track_episode"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,32 +73,14 @@ class TrackingOptions:
     # keyframes in the sliding-window BA
     local_ba_window: int = 6
     # frames before initialisation kept for re-tracking once the map exists
-    max_pending_frames: int = 30
+    max_pending_frames: int = 150
+    # joining a segment to the previous one after a loss
+    join: JoinOptions = field(default_factory=JoinOptions)
     # keyframe selection
     keyframes: KeyframeOptions = field(default_factory=KeyframeOptions)
-    # local bundle adjustment
-    ba: BAOptions = field(default_factory=lambda: BAOptions(max_iterations=6))
-
-
-@dataclass
-class Keyframe:
-    """A keyframe of a segment: pose and the map points it observes.
-
-    Attributes:
-        frame_idx: frame index.
-        cam_from_world: pose, ``(4, 4)``.
-        point_idx: map point of each observation, ``(K,)``.
-        xy: normalised observation, ``(K, 2)``.
-        track_ids: every track seen in the keyframe, ``(T,)`` (for later triangulation).
-        track_xy: their normalised coordinates, ``(T, 2)``.
-    """
-
-    frame_idx: int
-    cam_from_world: np.ndarray
-    point_idx: np.ndarray
-    xy: np.ndarray
-    track_ids: np.ndarray
-    track_xy: np.ndarray
+    # local bundle adjustment and motion-only pose fits (3 iterations: more cost ~40 % of the tracking time
+    # and gave no better ATE on KITTI or the synthetic clip, bench/results/camera_poses.md)
+    ba: BAOptions = field(default_factory=lambda: BAOptions(max_iterations=3))
 
 
 @dataclass
@@ -100,7 +90,8 @@ class TrackingResult:
     Attributes:
         world_from_cam: pose per frame, ``(F, 4, 4)``; NaN where ``state == LOST``.
         state: ``TrackingState`` per frame, ``(F,)`` int8.
-        segment_id: tracking segment per frame, ``(F,)`` int32 (a new one after each loss).
+        segment_id: tracking segment per frame, ``(F,)`` int32 (a new one after each loss that could not
+            be joined).
         is_keyframe: keyframe flag, ``(F,)`` bool.
         num_inliers: map-point inliers (or shared rays while STATIC), ``(F,)`` int32.
         reproj_error_px: RMS reprojection error of the inliers, ``(F,)``; NaN when unknown.
@@ -108,6 +99,7 @@ class TrackingResult:
         point_track_id: track id of each map point, ``(P,)``.
         point_segment: segment of each map point, ``(P,)``.
         keyframes: keyframes in order, with their observations.
+        joins: for each segment after the first, whether it was joined to its predecessor.
     """
 
     world_from_cam: np.ndarray
@@ -120,40 +112,7 @@ class TrackingResult:
     point_track_id: np.ndarray
     point_segment: np.ndarray
     keyframes: list[Keyframe]
-
-
-class _Map:
-    """Growable map points keyed by track id."""
-
-    def __init__(self) -> None:
-        self.points = np.zeros((1024, 3))
-        self.track_id = np.zeros(1024, np.int64)
-        self.segment = np.zeros(1024, np.int32)
-        self.n = 0
-        self.by_track = np.full(4096, -1, np.int64)
-
-    def lookup(self, track_ids: np.ndarray, segment: int) -> np.ndarray:
-        """Map point of each track in ``segment``, -1 where there is none, ``(N,)``."""
-        out = np.full(len(track_ids), -1, np.int64)
-        ok = track_ids < len(self.by_track)
-        out[ok] = self.by_track[track_ids[ok]]
-        out[(out >= 0) & (self.segment[np.maximum(out, 0)] != segment)] = -1
-        return out
-
-    def add(self, x_in_world: np.ndarray, track_ids: np.ndarray, segment: int) -> np.ndarray:
-        k = len(x_in_world)
-        while self.n + k > len(self.points):
-            self.points = np.concatenate([self.points, np.zeros_like(self.points)])
-            self.track_id = np.concatenate([self.track_id, np.zeros_like(self.track_id)])
-            self.segment = np.concatenate([self.segment, np.zeros_like(self.segment)])
-        top = int(track_ids.max()) + 1 if k else 0
-        if top > len(self.by_track):
-            self.by_track = np.concatenate([self.by_track, np.full(max(top, 2 * len(self.by_track)), -1)])
-        idx = np.arange(self.n, self.n + k)
-        self.points[idx], self.track_id[idx], self.segment[idx] = x_in_world, track_ids, segment
-        self.by_track[track_ids] = idx
-        self.n += k
-        return idx
+    joins: list[SegmentJoin] = field(default_factory=list)
 
 
 class _Tracker:
@@ -161,7 +120,8 @@ class _Tracker:
 
     def __init__(self, camera: Camera, opts: TrackingOptions) -> None:
         self.cam, self.opts, self.f = camera, opts, camera.focal_px
-        self.map = _Map()
+        self.map = MapPoints()
+        self.first_seen = FirstSeen()
         self.keyframes: list[Keyframe] = []
         self.rows: list[tuple[np.ndarray, int, int, bool, int, float]] = []
         self.segment = 0
@@ -212,10 +172,12 @@ class _Tracker:
             motion = estimate_relative_motion(ref_xy[ia], xy[ib], self.opts.ransac_px / self.f)
             if motion is not None and self._initialise(feat, xy, ia, ib, motion):
                 return
-        self.pending = [*self.pending[-self.opts.max_pending_frames + 1:], (len(self.rows), feat.track_ids, xy)]
+        keep = self.pending[-self.opts.max_pending_frames + 1:]
+        self.pending = [*keep, (len(self.rows), feat.track_ids, xy)]
         self._record(cfw, TrackingState.STATIC, len(ia), False, float("nan"))
 
-    def _initialise(self, feat: FrameFeatures, xy: np.ndarray, ia: np.ndarray, ib: np.ndarray, motion) -> bool:  # noqa: ANN001
+    def _initialise(self, feat: FrameFeatures, xy: np.ndarray, ia: np.ndarray, ib: np.ndarray,
+                    motion: RelativeMotion) -> bool:
         o = self.opts
         inl = motion.inliers
         if np.count_nonzero(inl) < o.init_min_inliers or motion.median_parallax_deg < o.init_min_parallax_deg:
@@ -230,12 +192,16 @@ class _Tracker:
         if np.count_nonzero(ok) < o.init_min_inliers:
             return False
         idx = self.map.add(pts[ok], ref_feat.track_ids[ia[ok]], self.segment)
-        self.keyframes.append(Keyframe(ref_feat.frame_idx, ref_cfw, idx, ref_xy[ia[ok]], ref_feat.track_ids, ref_xy))
-        self.keyframes.append(Keyframe(feat.frame_idx, cur_cfw, idx, xy[ib[ok]], feat.track_ids, xy))
+        self.keyframes.append(Keyframe(ref_feat.frame_idx, ref_cfw, idx, ref_xy[ia[ok]]))
+        self.keyframes.append(Keyframe(feat.frame_idx, cur_cfw, idx, xy[ib[ok]]))
+        self.first_seen = FirstSeen()
+        self.first_seen.update(len(self.keyframes) - 2, ref_feat.track_ids, ref_xy)
+        self.first_seen.update(len(self.keyframes) - 1, feat.track_ids, xy)
         self._local_ba()
-        logger.debug("segment %d initialised at frame %d with %d points", self.segment, feat.frame_idx, len(idx))
-        self.rows[self.ref_row] = (self.keyframes[-2].cam_from_world, int(TrackingState.TRACKING), self.segment,
-                                   True, len(idx), float("nan"))
+        logger.debug("segment %d initialised at frame %d with %d points", self.segment, feat.frame_idx,
+                     len(idx))
+        self.rows[self.ref_row] = (self.keyframes[-2].cam_from_world, int(TrackingState.TRACKING),
+                                   self.segment, True, len(idx), float("nan"))
         self._retrack_pending()
         self.selector.force(feat)
         self._record(self.keyframes[-1].cam_from_world, TrackingState.TRACKING, len(idx), True, float("nan"))
@@ -311,31 +277,30 @@ class _Tracker:
     def _add_keyframe(self, feat: FrameFeatures, xy: np.ndarray, cfw: np.ndarray, pidx: np.ndarray,
                       have: np.ndarray, inliers: np.ndarray) -> None:
         obs = np.nonzero(have)[0][inliers]
-        kf = Keyframe(feat.frame_idx, cfw, pidx[obs], xy[obs], feat.track_ids, xy)
+        kf = Keyframe(feat.frame_idx, cfw, pidx[obs], xy[obs])
         new_idx, new_xy = self._triangulate_new(feat, xy, cfw, have)
         kf.point_idx = np.concatenate([kf.point_idx, new_idx])
         kf.xy = np.concatenate([kf.xy, new_xy])
         self.keyframes.append(kf)
+        self.first_seen.update(len(self.keyframes) - 1, feat.track_ids, xy)
         self._local_ba()
 
     def _triangulate_new(self, feat: FrameFeatures, xy: np.ndarray, cfw: np.ndarray,
                          have: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Triangulate tracks without a map point against the oldest window keyframe that saw them."""
-        o = self.opts
+        """Triangulate tracks without a map point against the keyframe where each was first seen.
+
+        Returns the new points' indices ``(K,)`` and their coordinates in this frame ``(K, 2)``; the
+        first-seen keyframes get the matching observations.
+        """
         todo = np.nonzero(~have)[0]
+        first_kf, first_xy = self.first_seen.lookup(feat.track_ids[todo])
         new_idx, new_xy = [np.zeros(0, np.int64)], [np.zeros((0, 2))]
-        window = self.keyframes[max(self.seg_kf_start, len(self.keyframes) - o.local_ba_window):]
-        for old in window:
-            if len(todo) == 0:
-                break
-            _, ia, ib = np.intersect1d(old.track_ids, feat.track_ids[todo], return_indices=True)
-            if len(ia) == 0:
-                continue
-            old_xy = old.track_xy[ia]
-            cur = todo[ib]
+        for kf_index in np.unique(first_kf[first_kf >= 0]):
+            sel = first_kf == kf_index
+            old, old_xy, cur = self.keyframes[kf_index], first_xy[sel], todo[sel]
             pts, ok = triangulate(old.cam_from_world, cfw, old_xy, xy[cur])
             rel = cfw @ invert_rigid_matrices(old.cam_from_world)
-            ok &= parallax_deg(old_xy, xy[cur], rel[:3, :3]) >= o.min_triangulation_deg
+            ok &= parallax_deg(old_xy, xy[cur], rel[:3, :3]) >= self.opts.min_triangulation_deg
             ok &= self._reproj_ok(old.cam_from_world, pts, old_xy) & self._reproj_ok(cfw, pts, xy[cur])
             if not ok.any():
                 continue
@@ -344,7 +309,6 @@ class _Tracker:
             old.xy = np.concatenate([old.xy, old_xy[ok]])
             new_idx.append(idx)
             new_xy.append(xy[cur[ok]])
-            todo = np.setdiff1d(todo, cur[ok], assume_unique=True)
         return np.concatenate(new_idx), np.concatenate(new_xy)
 
     def _reproj_ok(self, cfw: np.ndarray, pts: np.ndarray, xy: np.ndarray) -> np.ndarray:
@@ -360,52 +324,6 @@ class _Tracker:
         refine_keyframes(window, self.map.points, self.f, n_fixed, self.opts.ba, self.opts.inlier_px)
 
 
-def refine_keyframes(
-    keyframes: list[Keyframe], points: np.ndarray, focal_px: float, n_fixed: int,
-    opts: BAOptions, outlier_px: float,
-) -> BAResult | None:
-    """Bundle-adjust keyframes and the points they observe, in place; drop outlier observations.
-
-    Args:
-        keyframes: keyframes of one segment, oldest first; poses and observations are updated.
-        points: all map points ``(P, 3)``; the observed ones are updated.
-        focal_px: focal length, pixels.
-        n_fixed: 1 fixes the first keyframe and the scale (largest translation coordinate of the
-            second); 2 fixes the first two keyframes.
-        opts: solver options.
-        outlier_px: observations with a final residual above this are removed from the keyframes.
-
-    Returns:
-        The solver result, or None when there are fewer than two keyframes (nothing to adjust).
-    """
-    if len(keyframes) < 2:
-        return None
-    cam_idx = np.concatenate([np.full(len(k.point_idx), i) for i, k in enumerate(keyframes)])
-    glob_pt = np.concatenate([k.point_idx for k in keyframes])
-    used, local_pt = np.unique(glob_pt, return_inverse=True)
-    cfw = np.stack([k.cam_from_world for k in keyframes])
-    fixed = np.zeros((len(keyframes), 6), dtype=bool)
-    fixed[0] = True
-    if n_fixed >= 2:
-        fixed[1] = True
-    else:
-        rel_t = (cfw[1] @ invert_rigid_matrices(cfw[0]))[:3, 3]
-        fixed[1, 3 + int(np.argmax(np.abs(rel_t)))] = True
-    prob = BAProblem(cfw[:, :3, :3].copy(), cfw[:, :3, 3].copy(), points[used].copy(), cam_idx, local_pt,
-                     np.concatenate([k.xy for k in keyframes]), fixed, focal_px)
-    res = bundle_adjust(prob, opts)
-    points[used] = res.points
-    keep = res.residual_px < outlier_px
-    start = 0
-    for i, k in enumerate(keyframes):
-        k.cam_from_world = np.eye(4)
-        k.cam_from_world[:3, :3], k.cam_from_world[:3, 3] = res.rotation[i], res.translation[i]
-        sel = keep[start:start + len(k.point_idx)]
-        k.point_idx, k.xy = k.point_idx[sel], k.xy[sel]
-        start += len(sel)
-    return res
-
-
 def track_episode(features: Iterable[FrameFeatures], camera: Camera, opts: TrackingOptions | None = None
                   ) -> TrackingResult:
     """Track the camera through one episode.
@@ -417,7 +335,8 @@ def track_episode(features: Iterable[FrameFeatures], camera: Camera, opts: Track
 
     Returns:
         Per-frame poses, states and diagnostics, the keyframes and the map. Never raises for lost
-        tracking: lost frames are marked and a new segment starts.
+        tracking: lost frames are marked and a new segment starts; segments whose maps share enough
+        tracks are joined afterwards (``joining``), the others keep their own ``segment_id``.
     """
     opts = opts or TrackingOptions()
     tracker = _Tracker(camera, opts)
@@ -425,7 +344,7 @@ def track_episode(features: Iterable[FrameFeatures], camera: Camera, opts: Track
         tracker.step(feat)
     cfw = np.stack([r[0] for r in tracker.rows]) if tracker.rows else np.zeros((0, 4, 4))
     n = tracker.map.n
-    return TrackingResult(
+    result = TrackingResult(
         world_from_cam=invert_rigid_matrices(cfw),
         state=np.array([r[1] for r in tracker.rows], np.int8),
         segment_id=np.array([r[2] for r in tracker.rows], np.int32),
@@ -437,3 +356,5 @@ def track_episode(features: Iterable[FrameFeatures], camera: Camera, opts: Track
         point_segment=tracker.map.segment[:n].copy(),
         keyframes=tracker.keyframes,
     )
+    result.joins = join_segments(result, opts.join)
+    return result

@@ -12,7 +12,8 @@ def _scene(seed=0, n_cam=8, n_pt=400, noise_px=0.5, outlier_frac=0.05):
     rng = np.random.default_rng(seed)
     pts = rng.uniform([-4, -3, 6], [4, 3, 15], (n_pt, 3))
     rot = so3_exp(rng.normal(size=(n_cam, 3)) * 0.05)
-    centres = np.column_stack([np.linspace(0, 3, n_cam), 0.2 * np.sin(np.arange(n_cam)), np.linspace(0, 1, n_cam)])
+    centres = np.column_stack(
+        [np.linspace(0, 3, n_cam), 0.2 * np.sin(np.arange(n_cam)), np.linspace(0, 1, n_cam)])
     trans = -np.einsum("cij,cj->ci", rot, centres)
     cam_idx = np.repeat(np.arange(n_cam), n_pt)
     pt_idx = np.tile(np.arange(n_pt), n_cam)
@@ -88,3 +89,19 @@ def test_optimize_pose_with_outliers():
     assert fit.rms_px < 1.0
     # the inlier mask finds the injected outliers it can see (30 px sigma: nearly all exceed 3 px)
     assert np.mean(~fit.inliers[outlier[sel]]) > 0.9
+
+
+@pytest.mark.parametrize("path", [
+    {"dense_max_entries": 0},  # observation pairs, dense solve
+    {"dense_max_entries": 0, "dense_max_cameras": 0},  # observation pairs, sparse solve
+    {"dense_max_entries": 0, "dense_max_cameras": 0, "pair_chunk": 1000},  # ... in small chunks
+])
+def test_reduced_system_paths_agree(path):
+    """The pair-based (dense or sparse) reduced system gives the dense product's answer."""
+    prob, *_ = _perturbed_problem(3)
+    ref = bundle_adjust(prob, BAOptions(max_iterations=8))
+    res = bundle_adjust(prob, BAOptions(max_iterations=8, **path))
+    assert res.iterations == ref.iterations and res.cost < 0.2 * res.initial_cost
+    assert res.cost == pytest.approx(ref.cost, rel=1e-8)
+    np.testing.assert_allclose(res.points, ref.points, atol=1e-7)
+    np.testing.assert_allclose(res.translation, ref.translation, atol=1e-9)

@@ -5,8 +5,9 @@ import pytest
 from pose_core.camera_poses.features import FeatureOptions, FrameFeatures, KltTracker, extract_features
 from pose_core.camera_poses.keyframes import KeyframeOptions, select_keyframes
 from pose_core.errors import ShapeError
+from tests.data_paths import SHARED_DATA
 
-KITTI_0 = "/work/shared/data/kitti_vo_seq1/image_l/000000.png"
+KITTI_0 = str(SHARED_DATA / "kitti_vo_seq1" / "image_l" / "000000.png")
 
 
 def _shifted_pair(dx=3.0, dy=-2.0):
@@ -54,3 +55,18 @@ def test_keyframes_by_flow():
     flags = select_keyframes(feats, KeyframeOptions(min_flow_px=20.0, min_overlap=0.5, max_gap_frames=50))
     # |(4, 4)| * k >= 20 first at k = 4: frames 0, 4, 8 are keyframes
     np.testing.assert_array_equal(np.nonzero(flags)[0], [0, 4, 8])
+
+
+def test_hand_boxes_as_mask():
+    from pose_core.camera_poses.features import hand_mask_from_boxes
+
+    boxes = np.array([[10.0, 20.0, 29.5, 39.0], [np.nan, np.nan, np.nan, np.nan]])
+    mask = hand_mask_from_boxes(boxes, (100, 200), margin_px=2.0)
+    assert mask.sum() == (42 - 18) * (32 - 8)
+    assert mask[18, 8] and mask[41, 31] and not mask[42, 31] and not mask[41, 32]
+    img0, img1 = _shifted_pair()
+    box = np.array([[0.0, 0.0, 319.0, img0.shape[0] - 1.0]])
+    f0, f1 = list(extract_features([img0, img1], hand_masks=[box, box]))
+    assert f0.uv_px[:, 0].min() >= 320 - 1 and f1.uv_px[:, 0].min() >= 320 - 1
+    with pytest.raises(ShapeError):
+        hand_mask_from_boxes(np.zeros((2, 3)), (10, 10))

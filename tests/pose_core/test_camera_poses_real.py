@@ -1,4 +1,7 @@
-"""End-to-end camera poses on the real sequences in ../shared/data (features -> tracking -> BA -> completion)."""
+"""End-to-end camera poses on the real sequences in ../shared/data.
+
+Features -> tracking -> BA -> completion.
+"""
 
 import glob
 
@@ -12,9 +15,10 @@ from pose_core.camera_poses.features import FrameFeatures, extract_features
 from pose_core.camera_poses.tracking import TrackingState, track_episode
 from pose_core.geometry.camera import Camera
 from pose_core.geometry.interop import world_from_cam_from_kitti_rows
+from tests.data_paths import SHARED_DATA
 
-KITTI = "/work/shared/data/kitti_vo_seq1"
-EUROC = "/work/shared/data/euroc_v101_micro"
+KITTI = str(SHARED_DATA / "kitti_vo_seq1")
+EUROC = str(SHARED_DATA / "euroc_v101_micro")
 KITTI_CAM = Camera(1226, 370, 707.0912, 707.0912, 601.8873, 183.1104)
 EUROC_CAM = Camera(752, 480, 458.654, 457.296, 367.215, 248.375, "radtan",
                    (-0.28340811, 0.07395907, 0.00019359, 1.76187114e-05))
@@ -73,6 +77,9 @@ def test_tracking_loss_marks_frames_and_reinitialises(kitti_features, kitti_gt):
     assert (tracked.state[25:] == TrackingState.TRACKING).all()
     assert np.isfinite(done.world_from_cam).all()
     assert done.quality[20] == PoseQuality.INTERPOLATED
+    # no track survived the loss, so the maps share nothing: the segment is labelled, not joined
+    assert len(tracked.joins) == 1 and tracked.joins[0].joined_to == tracked.joins[0].segment
+    assert tracked.joins[0].shared_points == 0
     # each segment on its own is accurate (segments are not joined: scale differs between them)
     for sl in (slice(0, 20), slice(23, 51)):
         assert evaluate_trajectory(done.world_from_cam[sl], kitti_gt[sl]).ate_pct_of_path <= 0.5
@@ -86,3 +93,20 @@ def test_euroc_static_no_invented_motion():
     assert (done.quality == PoseQuality.ROTATION_ONLY).all()
     np.testing.assert_array_equal(done.world_from_cam[:, :3, 3], 0.0)
     assert rotation_drift_deg(done.world_from_cam) < 0.5
+
+
+def test_segment_joined_after_partial_loss(kitti_features, kitti_gt):
+    # frame 20 keeps only 12 tracks (e.g. the view mostly covered): the map is lost there, but the
+    # tracks reappear, so the new segment's map shares tracks with the old one and is joined by Sim(3)
+    feats = [FrameFeatures(20, f.track_ids[:12], f.uv_px[:12]) if f.frame_idx == 20 else f
+             for f in kitti_features]
+    tracked, _, done = _run(feats, KITTI_CAM)
+    assert tracked.state[20] == TrackingState.LOST
+    assert len(tracked.joins) == 1
+    join = tracked.joins[0]
+    assert join.joined_to == 0 and join.inliers >= 30 and 0.5 < join.scale < 2.0
+    assert (tracked.segment_id == 0).all()
+    assert np.isfinite(done.world_from_cam).all()
+    assert done.quality[20] == PoseQuality.INTERPOLATED
+    # one trajectory in one frame and scale: accurate over the whole sequence
+    assert evaluate_trajectory(done.world_from_cam, kitti_gt).ate_pct_of_path <= 0.3

@@ -3,11 +3,17 @@ import pytest
 
 from pose_core.errors import ShapeError
 from pose_core.geometry.interop import (
-    colmap_params_from_world_from_cam, kitti_rows_from_world_from_cam, quat_wxyz_from_xyzw,
-    quat_xyzw_from_wxyz, tum_rows_from_world_from_cam, world_from_cam_from_colmap_params,
-    world_from_cam_from_kitti_rows, world_from_cam_from_tum_rows,
+    colmap_params_from_world_from_cam,
+    kitti_rows_from_world_from_cam,
+    quat_wxyz_from_xyzw,
+    quat_xyzw_from_wxyz,
+    tum_rows_from_world_from_cam,
+    world_from_cam_from_colmap_params,
+    world_from_cam_from_kitti_rows,
+    world_from_cam_from_tum_rows,
 )
 from pose_core.geometry.rigid3 import so3_exp
+from tests.data_paths import SHARED_DATA
 
 RNG = np.random.default_rng(1)
 
@@ -36,7 +42,7 @@ def test_tum_roundtrip_and_layout():
 
 
 def test_kitti_roundtrip_reads_shared_file():
-    rows = np.loadtxt("/work/shared/data/kitti_vo_seq1/poses.txt")
+    rows = np.loadtxt(SHARED_DATA / "kitti_vo_seq1" / "poses.txt")
     w = world_from_cam_from_kitti_rows(rows)
     np.testing.assert_allclose(w[0], np.eye(4), atol=1e-9)
     np.testing.assert_allclose(kitti_rows_from_world_from_cam(w), rows)

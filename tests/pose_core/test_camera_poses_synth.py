@@ -1,0 +1,69 @@
+"""Camera poses on a synthetic egocentric clip from the project's generator: 600 frames at 640x480,
+fast head turns, the wearer's hands in view (masked with boxes around their projected keypoints)."""
+
+import cv2
+import numpy as np
+import pytest
+
+from jobs.sample import SampleOptions, write_sample
+from pose_core.camera_poses.completion import PoseQuality, bundle_adjust_keyframes, complete_poses
+from pose_core.camera_poses.evaluation import evaluate_trajectory
+from pose_core.camera_poses.features import extract_features, hand_mask_from_boxes
+from pose_core.camera_poses.tracking import TrackingState, track_episode
+from pose_core.geometry.camera import Camera
+from pose_core.geometry.rigid3 import so3_log
+from udfs.media.decode import DecodeOptions, decode_frames
+
+pytestmark = pytest.mark.slow
+
+FRAMES = 600
+HAND_MARGIN_PX = 25.0
+
+
+@pytest.fixture(scope="module")
+def synth(request):
+    """Video frames (gray), camera, ground-truth poses and hand boxes; generated once into pytest's cache."""
+    opts = SampleOptions(frames=FRAMES, seed=0)
+    root = request.config.cache.mkdir(f"egolake_synth_{opts.stem}_{FRAMES}")
+    gt_dir = root / "ground_truth" / opts.stem
+    if not (gt_dir / "README.md").exists():
+        write_sample(root, opts)
+    decoded = decode_frames(str(root / "videos" / f"{opts.stem}.mp4"), 0, None, DecodeOptions())
+    grays = [cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in decoded.frames]
+    hands_px = np.load(gt_dir / "hands_px.npy")  # (F, 2, 21, 2), NaN behind the camera
+    finite = np.isfinite(hands_px).all(axis=-1, keepdims=True)
+    lo = np.where(finite, hands_px, np.inf).min(axis=2) - HAND_MARGIN_PX
+    hi = np.where(finite, hands_px, -np.inf).max(axis=2) + HAND_MARGIN_PX
+    boxes = [np.concatenate([lo[f], hi[f]], axis=1) for f in range(len(hands_px))]  # (2, 4) per frame
+    f_px = opts.focal_px
+    cam = Camera(opts.width, opts.height, f_px, f_px, (opts.width - 1) / 2, (opts.height - 1) / 2)
+    return grays, cam, np.load(gt_dir / "world_from_cam.npy"), boxes
+
+
+def test_clip_has_fast_turns_and_hands(synth):
+    grays, _, gt, boxes = synth
+    assert len(grays) == FRAMES and grays[0].shape == (480, 640)
+    rel = np.swapaxes(gt[:-1, :3, :3], 1, 2) @ gt[1:, :3, :3]
+    rate_deg_s = np.degrees(np.linalg.norm(so3_log(rel), axis=1)) * 30.0
+    assert rate_deg_s.max() > 150.0
+    in_view = [np.isfinite(b).all(axis=1).any() for b in boxes]
+    assert np.mean(in_view) > 0.5
+
+
+def test_every_frame_posed_and_ate_below_half_percent(synth):
+    grays, cam, gt, boxes = synth
+    feats = list(extract_features(grays, hand_masks=boxes))
+    for f in (100, 300, 500):  # no track starts or survives on a hand
+        mask = hand_mask_from_boxes(boxes[f], grays[f].shape)
+        uv = np.round(feats[f].uv_px).astype(int)
+        assert not mask[uv[:, 1], uv[:, 0]].any()
+    tracked = track_episode(feats, cam)
+    bundle_adjust_keyframes(tracked, cam)
+    done = complete_poses(tracked, feats, cam)
+    assert done.world_from_cam.shape == (FRAMES, 4, 4) and np.isfinite(done.world_from_cam).all()
+    assert np.all(done.quality >= PoseQuality.MOTION_ONLY), np.bincount(done.quality)
+    assert (tracked.state == TrackingState.TRACKING).all()
+    err = evaluate_trajectory(done.world_from_cam, gt)
+    assert err.num_frames == FRAMES and err.path_length_m > 2.0
+    assert err.ate_pct_of_path <= 0.5, err
+    assert err.rpe_rot_rmse_deg < 0.2
