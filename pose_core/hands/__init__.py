@@ -3,26 +3,46 @@
 Stages: an estimator (`HandEstimator`; default `MediaPipeHandEstimator`) finds 2-D keypoints per
 frame; `fit_hand` places them in metres in the camera frame with a hand-size prior; `hand_box` /
 `hand_mask` feed camera tracking; per episode, `hands_to_world` fuses with `world_from_cam`,
-`assign_identities` names the wearer's hands, and `fill_gaps` fills short, safe misses.
+`assign_identities` names the wearer's hands, `hold_hand_size` gives each hand one size, and
+`fill_gaps` fills short, safe misses; `fuse_episode` runs those per-episode steps in order.
 """
 
+from pose_core.hands.episode_fusion import (
+    EpisodeFrames,
+    EpisodeObservations,
+    FusedHands,
+    FusionOptions,
+    fuse_episode,
+)
 from pose_core.hands.estimator import KEYPOINT_NAMES, HandEstimator, HandObservation
 from pose_core.hands.fusion import (
     ScaleChoice,
     choose_scale,
     hands_to_world,
+    hold_hand_size,
     scale_from_hand_depth,
     smooth_track,
 )
 from pose_core.hands.gaps import GapFillResult, GapOptions, fill_gaps
 from pose_core.hands.masks import hand_box, hand_mask
 from pose_core.hands.mediapipe_estimator import MediaPipeHandEstimator, MediaPipeOptions
-from pose_core.hands.metric_fit import FitOptions, HandFit, HandSizePrior, fit_hand, fit_keypoints
+from pose_core.hands.metric_fit import (
+    FitOptions,
+    HandFit,
+    HandSizePrior,
+    fit_hand,
+    fit_hand_with_camera,
+    fit_keypoints,
+)
 from pose_core.hands.wearer import WearerAssignment, WearerOptions, assign_identities
 
 __all__ = [
     "KEYPOINT_NAMES",
+    "EpisodeFrames",
+    "EpisodeObservations",
     "FitOptions",
+    "FusedHands",
+    "FusionOptions",
     "GapFillResult",
     "GapOptions",
     "HandEstimator",
@@ -38,10 +58,13 @@ __all__ = [
     "choose_scale",
     "fill_gaps",
     "fit_hand",
+    "fit_hand_with_camera",
     "fit_keypoints",
+    "fuse_episode",
     "hand_box",
     "hand_mask",
     "hands_to_world",
+    "hold_hand_size",
     "scale_from_hand_depth",
     "smooth_track",
 ]

@@ -20,8 +20,10 @@ from pose_core.errors import ShapeError
 __all__ = [
     "SCALE_SOURCES",
     "ScaleChoice",
+    "ScaleSource",
     "choose_scale",
     "hands_to_world",
+    "hold_hand_size",
     "scale_from_hand_depth",
     "smooth_track",
 ]
@@ -89,6 +91,41 @@ def scale_from_hand_depth(
     median = float(np.median(ratio))
     spread = float(np.median(np.abs(ratio - median))) / median
     return median if spread <= max_spread else None
+
+
+def hold_hand_size(
+    keypoints_cam: np.ndarray, model_palm_size_m: np.ndarray, hand_id: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Give every observation of one hand the same metric size by rescaling its fit about the camera.
+
+    Each per-frame fit (`fit_hand`) scales the estimator's 3-D shape to the prior's palm size, so the
+    noise of that frame's shape (its measured palm size) becomes depth noise: a shape measured 3 %
+    too large is shrunk 3 % and placed 3 % too near. A hand's size does not change, so one size per
+    hand is used instead: observation i is scaled by ``k_i = s_i / median(s over its hand)``, where
+    ``s_i`` is the palm size of its model shape before rescaling. Then every frame of the hand
+    uses the same factor (prior size / median model size) on the model's own shape.
+
+    PnP is scale covariant: scaling the shape by ``k`` gives the same rotation and reprojection
+    with the translation scaled by ``k``, so ``k_i * keypoints_cam[i]`` is exactly the refit.
+
+    Args:
+        keypoints_cam: per-observation fits at the prior's size, camera frame, metres, `(N, 21, 3)`.
+        model_palm_size_m: palm size of each observation's model shape before rescaling (any unit
+            consistent within a hand), `(N,)`; NaN for template fits, which keep their size.
+        hand_id: which hand (identity or track) each observation belongs to, `(N,)`.
+
+    Returns:
+        (rescaled keypoints `(N, 21, 3)` metres, factors `k` `(N,)`; 1 where no size is known).
+    """
+    n = len(hand_id)
+    if keypoints_cam.shape != (n, 21, 3) or model_palm_size_m.shape != (n,):
+        raise ShapeError("keypoints_cam / model_palm_size_m", keypoints_cam.shape, f"({n}, 21, 3) and ({n},)")
+    factors = np.ones(n)
+    known = np.isfinite(model_palm_size_m) & (model_palm_size_m > 0)
+    for hand in np.unique(hand_id[known]):
+        members = known & (hand_id == hand)
+        factors[members] = model_palm_size_m[members] / np.median(model_palm_size_m[members])
+    return keypoints_cam * factors[:, None, None], factors
 
 
 def hands_to_world(

@@ -15,12 +15,13 @@ fingertip); adults spread about +-8 % (one sigma) around it. Depth scales with t
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import cv2
 import numpy as np
 
 from pose_core.errors import ShapeError
+from pose_core.geometry.camera import Camera
 from pose_core.hands.estimator import NUM_KEYPOINTS, HandObservation
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "HandFit",
     "HandSizePrior",
     "fit_hand",
+    "fit_hand_with_camera",
     "fit_keypoints",
     "palm_size",
 ]
@@ -84,6 +86,8 @@ class HandFit:
         num_keypoints: keypoints that supported the fit.
         shape_source: ``"model"`` (the estimator's articulated shape) or ``"template"``.
         valid: the fit succeeded and its depth is within the allowed range.
+        model_palm_size_m: palm size of the estimator's shape before it was rescaled to the prior,
+            metres as the model gives them; NaN for template fits. `fusion.hold_hand_size` uses it.
     """
 
     keypoints_cam: np.ndarray
@@ -92,6 +96,7 @@ class HandFit:
     num_keypoints: int
     shape_source: str
     valid: bool
+    model_palm_size_m: float = float("nan")
 
 
 def palm_size(keypoints: np.ndarray) -> float:
@@ -170,11 +175,34 @@ def fit_hand(hand: HandObservation, camera_k: np.ndarray, opts: FitOptions | Non
     opts = opts or FitOptions()
     if hand.keypoints_rel_m is not None and np.isfinite(hand.keypoints_rel_m).all():
         shape = hand.keypoints_rel_m - hand.keypoints_rel_m[0]
-        shape = shape * (opts.prior.palm_size_m / palm_size(shape))
+        model_size = palm_size(shape)
+        shape = shape * (opts.prior.palm_size_m / model_size)
         use = np.ones(NUM_KEYPOINTS, bool)
-        return fit_keypoints(hand.keypoints_px, shape, camera_k, use, opts, "model")
+        fit = fit_keypoints(hand.keypoints_px, shape, camera_k, use, opts, "model")
+        return replace(fit, model_palm_size_m=model_size)
     mirror = np.array([-1.0, 1.0, 1.0]) if hand.handedness == "left" else np.ones(3)
     shape = TEMPLATE_RIGHT_HAND * mirror * (opts.prior.palm_size_m / palm_size(TEMPLATE_RIGHT_HAND))
     use = np.zeros(NUM_KEYPOINTS, bool)
     use[list(PALM_KEYPOINTS)] = True
     return fit_keypoints(hand.keypoints_px, shape, camera_k, use, opts, "template")
+
+
+def fit_hand_with_camera(hand: HandObservation, camera: Camera, opts: FitOptions | None = None) -> HandFit:
+    """`fit_hand` for keypoints detected in a (possibly distorted) image of `camera`.
+
+    The keypoints are undistorted to the pinhole image of `camera.k_matrix` first; the fit's
+    `residual_px` is measured in that undistorted image.
+
+    Args:
+        hand: one detected hand, keypoints in the distorted image, pixels, `(21, 2)`.
+        camera: intrinsics and distortion of the image the hand was found in.
+        opts: fit settings.
+
+    Returns:
+        The fit; its `keypoints_cam` are in metres, camera frame, `(21, 3)`.
+    """
+    if camera.model != "pinhole":
+        rays = camera.cam_ray_from_img(hand.keypoints_px)
+        pinhole_px = rays * [camera.fx, camera.fy] + [camera.cx, camera.cy]
+        hand = replace(hand, keypoints_px=pinhole_px)
+    return fit_hand(hand, camera.k_matrix, opts)

@@ -1,0 +1,266 @@
+"""One episode's world-frame hands: identities, one size per hand, world frame, smoothing, safe gaps.
+
+The steps, in order: `assign_identities` names every camera-frame fit (wearer_left / wearer_right /
+other_<n>) from motion tracks and wearer geometry; `hold_hand_size` gives each identity one metric
+size; `hands_to_world` maps the fits through the camera poses at the chosen metric scale;
+`smooth_track` smooths each identity over runs of observed frames; `fill_gaps` fills the short,
+safe misses between trusted observations and flags them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pose_core.errors import ShapeError
+from pose_core.hands.fusion import (
+    ScaleChoice,
+    ScaleSource,
+    choose_scale,
+    hands_to_world,
+    hold_hand_size,
+    smooth_track,
+)
+from pose_core.hands.gaps import Gap, GapOptions, fill_gaps
+from pose_core.hands.wearer import WearerAssignment, WearerOptions, assign_identities
+
+__all__ = ["EpisodeFrames", "EpisodeObservations", "FusedHands", "FusionOptions", "fuse_episode"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FusionOptions:
+    """Settings of per-episode hand fusion."""
+
+    # Wearer association and identity tracking.
+    wearer: WearerOptions = field(default_factory=WearerOptions)
+    # Rules of gap filling.
+    gaps: GapOptions = field(default_factory=GapOptions)
+    # Hold each identity's hand size constant (one metric size per hand, see `hold_hand_size`).
+    hold_hand_size: bool = True
+    # Savitzky-Golay window over runs of observed frames, frames (odd; 1 disables smoothing).
+    smooth_window: int = 9
+    # Polynomial order of that smoothing (< smooth_window).
+    smooth_order: int = 2
+    # An observation anchors a gap fill only with at least this detector score...
+    min_trusted_score: float = 0.8
+    # ...and at most this RMS reprojection error of its metric fit, pixels.
+    max_trusted_residual_px: float = 10.0
+    # Metres per world unit of the camera poses given by the user; null when not known.
+    user_metres_per_unit: float | None = None
+
+    def __post_init__(self) -> None:
+        if (
+            self.smooth_window < 1
+            or self.smooth_window % 2 == 0
+            or self.smooth_order >= max(self.smooth_window, 2)
+        ):
+            raise ValueError(
+                f"smooth_window must be odd >= 1 and smooth_order < smooth_window, got "
+                f"{self.smooth_window}, {self.smooth_order}"
+            )
+
+
+@dataclass(frozen=True)
+class EpisodeFrames:
+    """The posed frames of an episode (F frames, increasing `frame_idx`).
+
+    Attributes:
+        frame_idx: `(F,)` int.
+        ts_s: presentation times, seconds, `(F,)`.
+        world_from_cam: camera poses, translation in world units, `(F, 4, 4)`.
+        camera_k: pinhole intrinsics of the images the hands were fitted in, pixels, `(3, 3)`.
+        image_size: (width, height) of those images, pixels.
+    """
+
+    frame_idx: np.ndarray
+    ts_s: np.ndarray
+    world_from_cam: np.ndarray
+    camera_k: np.ndarray
+    image_size: tuple[int, int]
+
+    def __post_init__(self) -> None:
+        n = len(self.frame_idx)
+        if self.ts_s.shape != (n,) or self.world_from_cam.shape != (n, 4, 4) or self.camera_k.shape != (3, 3):
+            raise ShapeError(
+                "ts_s / world_from_cam / camera_k", self.world_from_cam.shape, f"({n},), ({n}, 4, 4)"
+            )
+        if n > 1 and (np.diff(self.frame_idx) <= 0).any():
+            raise ValueError("EpisodeFrames.frame_idx must be strictly increasing")
+
+
+@dataclass(frozen=True)
+class EpisodeObservations:
+    """Every fitted hand observation of an episode (N observations).
+
+    Attributes:
+        frame_idx: frame of each observation, `(N,)` int.
+        keypoints_px: image keypoints, pixels, `(N, 21, 2)`.
+        keypoints_cam: metric fits at the prior's hand size, camera frame, metres, `(N, 21, 3)`.
+        score: detector score, `(N,)`.
+        p_right: detector probability of a right hand, `(N,)`.
+        residual_px: RMS reprojection error of each fit, pixels, `(N,)`.
+        model_palm_size_m: palm size of the model shape before rescaling, `(N,)`; NaN for template fits.
+    """
+
+    frame_idx: np.ndarray
+    keypoints_px: np.ndarray
+    keypoints_cam: np.ndarray
+    score: np.ndarray
+    p_right: np.ndarray
+    residual_px: np.ndarray
+    model_palm_size_m: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = len(self.frame_idx)
+        vectors = (self.score, self.p_right, self.residual_px, self.model_palm_size_m)
+        if (
+            self.keypoints_px.shape != (n, 21, 2)
+            or self.keypoints_cam.shape != (n, 21, 3)
+            or any(v.shape != (n,) for v in vectors)
+        ):
+            raise ShapeError(
+                "observation arrays", self.keypoints_cam.shape, f"({n}, 21, 3), ({n}, 21, 2), ({n},)"
+            )
+
+
+@dataclass(frozen=True)
+class FusedHands:
+    """World-frame hands of an episode, one entry per (frame, identity) (M entries).
+
+    Attributes:
+        frame_idx: `(M,)` int.
+        identity: ``wearer_left``, ``wearer_right`` or ``other_<n>``, `(M,)` str.
+        keypoints_world: world frame, metres, `(M, 21, 3)`.
+        filled: the entry was filled in a gap (no observation), `(M,)` bool.
+        observation: index into the input observations, -1 for filled entries, `(M,)` int.
+        identity_switch: the identity was held by another track at its previous observation, `(M,)` bool.
+        size_factor: factor `hold_hand_size` applied to the observation's fit (1 for filled), `(M,)`.
+        scale: metric scale of the camera poses and where it came from.
+        gaps: per identity, every gap and what happened to it.
+    """
+
+    frame_idx: np.ndarray
+    identity: np.ndarray
+    keypoints_world: np.ndarray
+    filled: np.ndarray
+    observation: np.ndarray
+    identity_switch: np.ndarray
+    size_factor: np.ndarray
+    scale: ScaleChoice
+    gaps: dict[str, list[Gap]]
+
+
+def _best_per_frame(frame_pos: np.ndarray, identity: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Indices keeping the highest-score observation of each (frame, identity)."""
+    order = np.lexsort((-score, identity.astype(str), frame_pos))
+    keys = list(zip(frame_pos[order], identity[order], strict=True))
+    first = [i for i, key in enumerate(keys) if i == 0 or key != keys[i - 1]]
+    return np.sort(order[first])
+
+
+def _identities(
+    obs: EpisodeObservations, keep: np.ndarray, opts: FusionOptions
+) -> tuple[np.ndarray, np.ndarray, WearerAssignment]:
+    """Identities of the kept observations and their fits, held at one size per identity.
+
+    With `hold_hand_size`, identities are assigned twice: per-frame fits are noisy in depth (a few
+    cm), which breaks motion tracks; the sizes held with the first assignment's identities make the
+    second assignment's tracks continuous, and its identities set the final sizes.
+
+    Returns:
+        (keypoints_cam `(K, 21, 3)` metres, size factors `(K,)`, the assignment), K = len(keep).
+    """
+    kp_cam, px, p_right = obs.keypoints_cam[keep], obs.keypoints_px[keep], obs.p_right[keep]
+    assignment = assign_identities(obs.frame_idx[keep], kp_cam, px, p_right, opts.wearer)
+    if not opts.hold_hand_size:
+        return kp_cam, np.ones(len(keep)), assignment
+    size = obs.model_palm_size_m[keep]
+    held, _ = hold_hand_size(kp_cam, size, assignment.identity)
+    assignment = assign_identities(obs.frame_idx[keep], held, px, p_right, opts.wearer)
+    held, factors = hold_hand_size(kp_cam, size, assignment.identity)
+    return held, factors, assignment
+
+
+def fuse_episode(
+    frames: EpisodeFrames,
+    obs: EpisodeObservations,
+    opts: FusionOptions | None = None,
+    scale_candidates: dict[ScaleSource, float | None] | None = None,
+) -> FusedHands:
+    """World-frame, identity-labelled, gap-filled hands of one episode.
+
+    Args:
+        frames: the episode's posed frames; observations of other frames are dropped.
+        obs: the episode's hand fits (invalid fits, with non-finite keypoints, are dropped).
+        opts: settings.
+        scale_candidates: metres per world unit of `frames.world_from_cam` from each scale source
+            (see `choose_scale`); `opts.user_metres_per_unit` is added as source ``"user"``.
+
+    Returns:
+        The fused hands (see `FusedHands`), sorted by frame then identity.
+    """
+    opts = opts or FusionOptions()
+    candidates: dict[ScaleSource, float | None] = dict(scale_candidates or {})
+    candidates.setdefault("user", opts.user_metres_per_unit)
+    scale = choose_scale(candidates)
+    frame_pos = np.searchsorted(frames.frame_idx, obs.frame_idx)
+    posed = (frame_pos < len(frames.frame_idx)) & (
+        frames.frame_idx[np.minimum(frame_pos, len(frames.frame_idx) - 1)] == obs.frame_idx
+    )
+    keep = np.flatnonzero(posed & np.isfinite(obs.keypoints_cam).all(axis=(1, 2)))
+    if len(keep) == 0:
+        return FusedHands(
+            np.zeros(0, np.int64), np.zeros(0, object), np.zeros((0, 21, 3)), np.zeros(0, bool),
+            np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0), scale, {},
+        )  # fmt: skip
+    kp_cam, factors, assignment = _identities(obs, keep, opts)
+    best = _best_per_frame(frame_pos[keep], assignment.identity, obs.score[keep])
+    keep, kp_cam, factors = keep[best], kp_cam[best], factors[best]
+    identity, switch = assignment.identity[best], assignment.identity_switch[best]
+    metric_world_from_cam = frames.world_from_cam.copy()
+    metric_world_from_cam[:, :3, 3] *= scale.metres_per_unit
+    pos = frame_pos[keep]
+    world = hands_to_world(kp_cam, metric_world_from_cam[pos])
+    trusted_obs = (obs.score[keep] >= opts.min_trusted_score) & (
+        obs.residual_px[keep] <= opts.max_trusted_residual_px
+    )
+    parts, gaps = [], {}
+    n_frames = len(frames.frame_idx)
+    for name in sorted(set(identity.tolist())):
+        mine = np.flatnonzero(identity == name)
+        dense = np.full((n_frames, 21, 3), np.nan)
+        dense[pos[mine]] = world[mine]
+        seen = np.zeros(n_frames, bool)
+        seen[pos[mine]] = True
+        trusted = np.zeros(n_frames, bool)
+        trusted[pos[mine]] = trusted_obs[mine]
+        if opts.smooth_window > 1:
+            dense = smooth_track(dense, seen, opts.smooth_window, opts.smooth_order)
+        result = fill_gaps(
+            frames.ts_s, dense, trusted, metric_world_from_cam, frames.camera_k, frames.image_size, opts.gaps
+        )
+        gaps[name] = result.gaps
+        observation = np.full(n_frames, -1)
+        observation[pos[mine]] = keep[mine]
+        switched, factor = np.zeros(n_frames, bool), np.ones(n_frames)
+        switched[pos[mine]], factor[pos[mine]] = switch[mine], factors[mine]
+        rows = np.flatnonzero(seen | result.filled)
+        parts.append((rows, name, result.keypoints_world[rows], result.filled[rows], observation[rows],
+                      switched[rows], factor[rows]))  # fmt: skip
+    return _assemble(frames.frame_idx, parts, scale, gaps)
+
+
+def _assemble(
+    frame_idx: np.ndarray, parts: list[tuple], scale: ScaleChoice, gaps: dict[str, list[Gap]]
+) -> FusedHands:
+    """Concatenate per-identity entries and sort them by frame, then identity."""
+    rows = np.concatenate([p[0] for p in parts])
+    identity = np.concatenate([np.full(len(p[0]), p[1], dtype=object) for p in parts])
+    order = np.lexsort((identity.astype(str), rows))
+    cat = [np.concatenate([p[i] for p in parts])[order] for i in range(2, 7)]
+    logger.debug("fused %d entries, %d identities", len(rows), len(parts))
+    return FusedHands(frame_idx[rows[order]], identity[order], *cat, scale=scale, gaps=gaps)
