@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 import cv2
@@ -96,21 +95,3 @@ def test_real_video_hand_found_in_95_percent(tmp_path):
     mask = hand_mask([hand.keypoints_px], (640, 360))
     inside = mask[int(box[1]) : int(box[3]), int(box[0]) : int(box[2])].sum()
     assert mask.sum() == inside and 0.02 < mask.mean() < 0.3
-
-
-@pytest.mark.slow
-def test_benchmark_frames_per_second_per_core():
-    """Frames per second of hand estimation at 640x480 on one interpreter thread (one core)."""
-    pytest.importorskip("ai_edge_litert")
-    est = MediaPipeHandEstimator(*_models(), MediaPipeOptions(mode="video", num_threads=1))
-    cap = cv2.VideoCapture(str(VIDEO))
-    frames = []
-    while len(frames) < 60:
-        frames.append(cv2.resize(cap.read()[1], (640, 480))[:, :, ::-1])
-    batch = np.ascontiguousarray(np.stack(frames))
-    est.estimate(batch[:2], np.eye(3))
-    start = time.perf_counter()
-    est.estimate(batch, np.eye(3))
-    fps = len(batch) / (time.perf_counter() - start)
-    logger.warning("hand estimation at 640x480: %.1f frames/s per core", fps)
-    assert fps > 3.0
