@@ -19,8 +19,13 @@ import draccus
 import yaml
 
 from jobs.spark import SparkOptions
+from pose_core.camera_poses.completion import CompletionOptions
+from pose_core.camera_poses.features import FeatureOptions
+from pose_core.hands import FusionOptions
+from udfs.hands import HandsOptions
 from udfs.media.decode import DecodeOptions
 from udfs.media.probe import ProbeOptions
+from udfs.tracking import CameraTrackingOptions
 
 __all__ = [
     "IngestOptions",
@@ -62,6 +67,8 @@ class PriorsOptions:
 
     # How shards are decoded (backend, internal resolution).
     decode: DecodeOptions = field(default_factory=DecodeOptions)
+    # KLT features tracked through each shard (overlap included) and stored in `features`.
+    features: FeatureOptions = field(default_factory=FeatureOptions)
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,14 @@ class PipelineConfig:
     ingest: IngestOptions = field(default_factory=IngestOptions)
     # Stage priors: the per-frame decode pass.
     priors: PriorsOptions = field(default_factory=PriorsOptions)
+    # Stage hands: per-frame 2-D hands and their metric fit in the camera frame.
+    hands: HandsOptions = field(default_factory=HandsOptions)
+    # Stage fusion: world-frame hands, wearer identity, one size per hand, safe gap filling.
+    fusion: FusionOptions = field(default_factory=FusionOptions)
+    # Stage tracking: KLT tracks linked across shards, hands masked, camera tracked per episode.
+    tracking: CameraTrackingOptions = field(default_factory=CameraTrackingOptions)
+    # Stages ba and completion: global bundle adjustment of the keyframes, then a pose for every frame.
+    completion: CompletionOptions = field(default_factory=CompletionOptions)
     # Episodes per stage batch: each batch is one Spark job and one Delta commit, so a killed run
     # loses at most one batch and progress is logged per batch.
     batch_episodes: int = 32

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from jobs import ingest, priors
+from jobs import camera_poses, fusion, hands, ingest, priors
 from jobs.config import PipelineConfig, section_hash
 from jobs.stage import EpisodeOutcome, Stage, StageContext, record_runs, run_episode_stage
 from jobs.tables import Layout, Lineage
@@ -26,7 +26,10 @@ __all__ = ["EPISODE_STAGES", "STAGE_NAMES", "RunSummary", "main", "new_run_id", 
 logger = logging.getLogger(__name__)
 
 #: Per-episode stages after ingest, in pipeline order.
-EPISODE_STAGES: tuple[Stage, ...] = (priors.STAGE,)
+#: hands comes before tracking (tracking drops features inside hands_cam boxes); fusion after completion.
+EPISODE_STAGES: tuple[Stage, ...] = (
+    priors.STAGE, hands.STAGE, camera_poses.TRACKING, camera_poses.BA, camera_poses.COMPLETION, fusion.STAGE,
+)  # fmt: skip
 STAGE_NAMES: tuple[str, ...] = (ingest.STAGE_NAME, *(s.name for s in EPISODE_STAGES))
 
 
@@ -57,7 +60,8 @@ def new_run_id() -> str:
 
 def stage_hashes(cfg: PipelineConfig) -> dict[str, str]:
     """Config hash per stage, chained: a stage's hash covers its own sections, its version and
-    its upstream's hash, so changing an upstream knob invalidates everything downstream."""
+    its upstream's hash, so changing an upstream knob invalidates everything downstream.
+    """
     hashes = {ingest.STAGE_NAME: section_hash(cfg, ("ingest",), salt=ingest.STAGE_VERSION)}
     for stage in EPISODE_STAGES:
         salt = f"{stage.version}|{hashes[stage.upstream or ingest.STAGE_NAME]}"

@@ -222,19 +222,32 @@ def write_guarded(
     lineage: Lineage,
     episodes: Sequence[str],
     result: DataFrame,
-    schema: TableSchema,
+    *schemas: TableSchema,
 ) -> list[EpisodeOutcome]:
-    """Write a guarded UDF's output to `schema`'s table and return per-episode outcomes.
+    """Write a guarded UDF's output to one or more tables and return per-episode outcomes.
 
-    Failed episodes get no rows (their stale rows are removed too); the UDF runs once.
+    With one schema every data row belongs to it. With several, `result` stacks the tables
+    (`udfs.multi_output`): each row names its table in `_table`. The UDF runs once (the result is
+    persisted); failed episodes get no rows in any table (their stale rows are removed too).
+    `EpisodeOutcome.rows` counts the rows of the first table.
     """
+    if not schemas:
+        raise ValueError("write_guarded needs at least one table schema")
+    from jobs.tables import write  # local: keeps the import graph of this module small
+    from udfs.multi_output import TABLE_COLUMN
+
     started = now()
     result = result.persist()
     try:
-        data, failures = split_guarded(result, schema.columns)
-        from jobs.tables import write  # local: keeps the import graph of this module small
-
-        write(data, ctx.layout, schema, episodes, lineage)
-        return outcomes_from(data, episodes, failures, started)
+        outcomes: list[EpisodeOutcome] = []
+        for i, schema in enumerate(schemas):
+            rows = result if len(schemas) == 1 else result.where(
+                (F.col(TABLE_COLUMN) == schema.name) | (F.col("_row_kind") == ERROR_KIND)
+            )
+            data, failures = split_guarded(rows, schema.columns)
+            write(data, ctx.layout, schema, episodes, lineage)
+            if i == 0:
+                outcomes = outcomes_from(data, episodes, failures, started)
+        return outcomes
     finally:
         result.unpersist()

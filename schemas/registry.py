@@ -3,11 +3,33 @@
 from __future__ import annotations
 
 from schemas.base import TableSchema
-from schemas.tables import FRAMES, QUARANTINE, RUNS, SHARDS, VIDEOS
+from schemas.tables import (
+    BA_POINTS,
+    CAMERA_POSES,
+    CAMERAS,
+    FEATURES,
+    FRAMES,
+    HANDS_CAM,
+    HANDS_WORLD,
+    KEYFRAME_POSES,
+    KEYFRAMES,
+    MAP_POINTS,
+    QUARANTINE,
+    RUNS,
+    SHARDS,
+    TRACKS,
+    VIDEOS,
+)
 
 __all__ = ["TABLES", "table"]
 
-TABLES: dict[str, TableSchema] = {t.name: t for t in (VIDEOS, SHARDS, QUARANTINE, RUNS, FRAMES)}
+TABLES: dict[str, TableSchema] = {
+    t.name: t
+    for t in (
+        VIDEOS, SHARDS, QUARANTINE, RUNS, FRAMES, FEATURES, HANDS_CAM, HANDS_WORLD,
+        CAMERAS, TRACKS, KEYFRAMES, MAP_POINTS, KEYFRAME_POSES, BA_POINTS, CAMERA_POSES,
+    )  # fmt: skip
+}
 
 
 def table(name: str) -> TableSchema:

@@ -6,7 +6,25 @@ import pyarrow as pa
 
 from schemas.base import TableSchema
 
-__all__ = ["FRAMES", "QUARANTINE", "RUNS", "SHARDS", "VIDEOS"]
+__all__ = [
+    "BA_POINTS",
+    "CAMERAS",
+    "CAMERA_POSES",
+    "FEATURES",
+    "FRAMES",
+    "HANDS_CAM",
+    "HANDS_WORLD",
+    "KEYFRAMES",
+    "KEYFRAME_POSES",
+    "MAP_POINTS",
+    "QUARANTINE",
+    "RUNS",
+    "SHARDS",
+    "TRACKS",
+    "VIDEOS",
+]
+
+_F64_LIST = pa.list_(pa.float64())
 
 VIDEOS = TableSchema(
     name="videos",
@@ -114,6 +132,212 @@ FRAMES = TableSchema(
             pa.field("height", pa.int32()),
             pa.field("brightness", pa.float32()),  # mean luma, 0..255
             pa.field("sharpness", pa.float32()),  # variance of the Laplacian of luma (blur < ~50)
+        ]
+    ),
+)
+
+HANDS_CAM = TableSchema(
+    name="hands_cam",
+    version="1",
+    key=("episode_id", "frame_idx", "hand_slot"),
+    partition_key="episode_id",
+    arrow=pa.schema(
+        [
+            pa.field("episode_id", pa.string(), nullable=False),
+            pa.field("frame_idx", pa.int64(), nullable=False),
+            pa.field("hand_slot", pa.int32(), nullable=False),  # order of the hand in the estimator's output
+            pa.field("keypoints_px", pa.list_(pa.float32())),  # 21 x (u, v) as detected, pixels
+            pa.field("score", pa.float32()),  # detector confidence that this is a hand, 0..1
+            pa.field("handedness", pa.string()),  # left | right, anatomical, as detected (not trusted alone)
+            pa.field("handedness_score", pa.float32()),  # probability of `handedness`, 0.5..1
+            pa.field("keypoints_cam_m", pa.list_(pa.float32())),  # 21 x (x, y, z) in camera, m; NaN: no fit
+            pa.field("fit_valid", pa.bool_()),  # the metric fit converged inside the allowed depth range
+            pa.field("fit_residual_px", pa.float32()),  # RMS reprojection error of the fit, pixels
+            pa.field("fit_keypoints", pa.int32()),  # keypoints supporting the fit
+            pa.field("shape_source", pa.string()),  # model (estimator's 3-D shape) | template
+            pa.field("model_palm_size_m", pa.float32()),  # palm size of the model shape; NaN: template
+            pa.field("box_px", pa.list_(pa.float32())),  # x0, y0, x1, y1 around the hand with margin, px
+            pa.field("depth_source", pa.string()),  # where metric depth comes from: hand_size_prior
+            pa.field("intrinsics_px", pa.list_(pa.float64())),  # fx, fy, cx, cy the fit used (pinhole)
+            pa.field("intrinsics_source", pa.string()),  # sidecar | metadata | prior
+            pa.field("image_width", pa.int32()),  # decoded image size the pixels refer to
+            pa.field("image_height", pa.int32()),
+        ]
+    ),
+)
+
+HANDS_WORLD = TableSchema(
+    name="hands_world",
+    version="1",
+    key=("episode_id", "frame_idx", "identity"),
+    partition_key="episode_id",
+    arrow=pa.schema(
+        [
+            pa.field("episode_id", pa.string(), nullable=False),
+            pa.field("frame_idx", pa.int64(), nullable=False),
+            pa.field("identity", pa.string(), nullable=False),  # wearer_left | wearer_right | other_<n>
+            pa.field("ts_s", pa.float64()),  # presentation time, seconds
+            pa.field("keypoints_world_m", pa.list_(pa.float32())),  # 21 x (x, y, z) world frame, metres
+            pa.field("filled", pa.bool_()),  # filled in a short gap (no observation in this frame)
+            pa.field("score", pa.float32()),  # detector score; null when filled
+            pa.field("handedness", pa.string()),  # detector's guess in this frame; null when filled
+            pa.field("identity_switch", pa.bool_()),  # another track held it at its last sighting
+            pa.field("scale_source", pa.string()),  # stereo | imu | hand_contact | user | none
+            pa.field("reprojection_error_px", pa.float32()),  # RMS error of the metric fit; null when filled
+            pa.field("supporting_keypoints", pa.int32()),  # keypoints that supported the fit; 0 when filled
+            pa.field("depth_source", pa.string()),  # hand_size_prior; "gap_fill" when filled
+            pa.field("hand_size_factor", pa.float32()),  # factor holding the hand's size constant (1 = none)
+            pa.field("hand_slot", pa.int32()),  # hands_cam row it came from; null when filled
+        ]
+    ),
+)
+
+FEATURES = TableSchema(
+    name="features",
+    version="1",
+    key=("episode_id", "shard_idx", "frame_idx"),
+    partition_key="episode_id",
+    arrow=pa.schema(
+        [
+            pa.field("episode_id", pa.string(), nullable=False),
+            pa.field("shard_idx", pa.int32(), nullable=False),
+            pa.field("frame_idx", pa.int64(), nullable=False),
+            pa.field("owned", pa.bool_(), nullable=False),  # owned by the shard; false: overlap, for linking
+            pa.field("track_ids", pa.list_(pa.int64())),  # KLT track ids (N,), from shard_idx << 32
+            pa.field("uv_px", pa.list_(pa.float32())),  # distorted pixels (u0, v0, u1, ...), (2N,)
+        ]
+    ),
+)
+
+# Camera-pose columns: a transform names its target and source frame; quaternions are wxyz.
+_WORLD_FROM_CAM = (
+    pa.field("world_from_cam_q_wxyz", _F64_LIST),  # rotation, 4 floats; null when the frame has no pose
+    pa.field("world_from_cam_t_m", _F64_LIST),  # camera centre in world, 3 floats, map units
+)
+
+CAMERAS = TableSchema(
+    name="cameras",
+    version="1",
+    key=("episode_id",),
+    partition_key="episode_id",
+    arrow=pa.schema(
+        [
+            pa.field("episode_id", pa.string(), nullable=False),
+            pa.field("width", pa.int32(), nullable=False),  # decoded frame size the intrinsics refer to
+            pa.field("height", pa.int32(), nullable=False),
+            pa.field("fx", pa.float64(), nullable=False),  # pixels
+            pa.field("fy", pa.float64(), nullable=False),
+            pa.field("cx", pa.float64(), nullable=False),
+            pa.field("cy", pa.float64(), nullable=False),
+            pa.field("model", pa.string(), nullable=False),  # pinhole | radtan | fisheye
+            pa.field("dist", _F64_LIST),  # distortion coefficients in OpenCV order, 0 or 4
+            pa.field("intrinsics_source", pa.string(), nullable=False),  # sidecar | metadata | prior
+        ]
+    ),
+)
+
+TRACKS = TableSchema(
+    name="tracks",
+    version="1",
+    key=("episode_id", "frame_idx"),
+    partition_key="episode_id",
+    arrow=pa.schema(
+        [
+            pa.field("episode_id", pa.string(), nullable=False),
+            pa.field("frame_idx", pa.int64(), nullable=False),
+            pa.field("tracking_state", pa.string(), nullable=False),  # lost | static | tracking
+            pa.field("segment_id", pa.int32(), nullable=False),  # a new segment starts after each loss
+            pa.field("is_keyframe", pa.bool_(), nullable=False),
+            pa.field("num_features", pa.int32()),  # linked KLT tracks in the frame (after hand masking)
+            pa.field("num_inliers", pa.int32()),  # map-point inliers (shared rays while static)
+            pa.field("reproj_error_px", pa.float32()),  # RMS reprojection error of inliers; null: unknown
+            *_WORLD_FROM_CAM,  # the tracking (pre-BA) pose
+        ]
+    ),
+)
+
+KEYFRAMES = TableSchema(
+    name="keyframes",
+    version="1",
+    key=("episode_id", "frame_idx"),
+    partition_key="episode_id",
+    arrow=pa.schema(
+        [
+            pa.field("episode_id", pa.string(), nullable=False),
+            pa.field("frame_idx", pa.int64(), nullable=False),
+            pa.field("segment_id", pa.int32(), nullable=False),
+            *_WORLD_FROM_CAM,  # tracking pose of the keyframe (BA input)
+            pa.field("obs_point_idx", pa.list_(pa.int64())),  # observed `map_points.point_idx`, (K,)
+            pa.field("obs_xy", _F64_LIST),  # undistorted normalised (x0/z0, y0/z0, ...), (2K,)
+        ]
+    ),
+)
+
+MAP_POINTS = TableSchema(
+    name="map_points",
+    version="1",
+    key=("episode_id", "point_idx"),
+    partition_key="episode_id",
+    arrow=pa.schema(
+        [
+            pa.field("episode_id", pa.string(), nullable=False),
+            pa.field("point_idx", pa.int64(), nullable=False),  # 0-based within the episode
+            pa.field("track_id", pa.int64(), nullable=False),  # linked KLT track it was triangulated from
+            pa.field("segment_id", pa.int32(), nullable=False),
+            pa.field("x_in_world_m", _F64_LIST),  # 3 floats, map units, tracking estimate (BA input)
+        ]
+    ),
+)
+
+KEYFRAME_POSES = TableSchema(
+    name="keyframe_poses",
+    version="1",
+    key=("episode_id", "frame_idx"),
+    partition_key="episode_id",
+    arrow=pa.schema(
+        [
+            pa.field("episode_id", pa.string(), nullable=False),
+            pa.field("frame_idx", pa.int64(), nullable=False),
+            pa.field("segment_id", pa.int32(), nullable=False),
+            *_WORLD_FROM_CAM,  # after global bundle adjustment
+            pa.field("obs_point_idx", pa.list_(pa.int64())),  # observations kept by BA, (K,)
+            pa.field("obs_xy", _F64_LIST),  # their undistorted normalised coordinates, (2K,)
+        ]
+    ),
+)
+
+BA_POINTS = TableSchema(
+    name="ba_points",
+    version="1",
+    key=("episode_id", "point_idx"),
+    partition_key="episode_id",
+    arrow=pa.schema(
+        [
+            pa.field("episode_id", pa.string(), nullable=False),
+            pa.field("point_idx", pa.int64(), nullable=False),  # as in `map_points`
+            pa.field("x_in_world_m", _F64_LIST),  # 3 floats, map units, after global BA (all points)
+        ]
+    ),
+)
+
+CAMERA_POSES = TableSchema(
+    name="camera_poses",
+    version="1",
+    key=("episode_id", "frame_idx"),
+    partition_key="episode_id",
+    arrow=pa.schema(
+        [
+            pa.field("episode_id", pa.string(), nullable=False),
+            pa.field("frame_idx", pa.int64(), nullable=False),
+            pa.field("ts_s", pa.float64()),  # presentation time, seconds (from `frames`)
+            *_WORLD_FROM_CAM,  # final pose; null only when no frame of the episode could be posed
+            # keyframe | motion_only | rotation_only | interpolated
+            pa.field("pose_quality", pa.string(), nullable=False),
+            pa.field("tracking_state", pa.string(), nullable=False),  # lost | static | tracking
+            pa.field("segment_id", pa.int32(), nullable=False),
+            pa.field("is_keyframe", pa.bool_(), nullable=False),
+            pa.field("num_inliers", pa.int32()),  # inliers of the final pose
+            pa.field("reproj_error_px", pa.float32()),  # RMS reprojection error of inliers; null: unknown
         ]
     ),
 )

@@ -17,6 +17,7 @@ from tests.jobs.tables_util import DATA_TABLES, content
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.slow]
 
 SETTINGS = ["batch_episodes=3"]
+UNTIL = "priors"  # the framework is under test; later stages have their own tests
 
 
 def _delta_commits(table_dir: Path) -> int:
@@ -31,10 +32,10 @@ def test_kill_mid_stage_then_resume_matches_uninterrupted(spark, corpus, tmp_pat
     root, _ = corpus
     cfg = load_config([], SETTINGS)
     reference = str(tmp_path / "reference")
-    run_pipeline(spark, cfg, str(root), reference)
+    run_pipeline(spark, cfg, str(root), reference, until_stage=UNTIL)
 
     killed = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "jobs.cli", "run", str(root), str(killed)]
+    cmd = [sys.executable, "-m", "jobs.cli", "run", str(root), str(killed), "--until-stage", UNTIL]
     cmd += [a for s in SETTINGS for a in ("--set", s)]
     repo = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen(
@@ -57,7 +58,7 @@ def test_kill_mid_stage_then_resume_matches_uninterrupted(spark, corpus, tmp_pat
     n_episodes = len(content(spark, str(killed), "videos"))
     assert 0 < partial < n_episodes, "the kill must land mid-stage"
 
-    resumed = run_pipeline(spark, cfg, str(root), str(killed), resume=True)
+    resumed = run_pipeline(spark, cfg, str(root), str(killed), resume=True, until_stage=UNTIL)
     assert resumed.counts["ingest"]["skipped"] == n_episodes
     # Episodes whose batch committed (and was logged in `runs`) before the kill are not redone.
     assert resumed.counts["priors"]["skipped"] <= partial

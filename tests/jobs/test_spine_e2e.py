@@ -1,6 +1,8 @@
 """The Spine end to end on local Spark + Delta: a corpus of good, bad and awkward inputs.
 
 One pipeline run over the corpus is shared by the tests of this module (module-scoped fixture).
+The runs stop after `priors`: these tests are about the framework and the stages that every later
+stage builds on; later stages have their own stage tests.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from tests.jobs.tables_util import table as _table
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 
+UNTIL = "priors"
+
 
 @pytest.fixture(scope="module")
 def first_run(spark, corpus, tmp_path_factory):
@@ -21,7 +25,7 @@ def first_run(spark, corpus, tmp_path_factory):
     root, _ = corpus
     out = str(tmp_path_factory.mktemp("out"))
     cfg = load_config([], ["batch_episodes=8"])
-    summary = run_pipeline(spark, cfg, str(root), out)
+    summary = run_pipeline(spark, cfg, str(root), out, until_stage=UNTIL)
     return out, cfg, summary
 
 
@@ -75,7 +79,7 @@ def test_rerunning_any_stage_leaves_row_counts_unchanged(spark, corpus, first_ru
     runs_before = len(_table(spark, out, "runs"))
     s1 = run_pipeline(spark, cfg, str(root), out, stages=["priors"])
     assert _counts(spark, out) == before
-    s2 = run_pipeline(spark, cfg, str(root), out)
+    s2 = run_pipeline(spark, cfg, str(root), out, until_stage=UNTIL)
     assert _counts(spark, out) == before
     # The runs log records each re-run, one row per episode and stage.
     expected_new = sum(sum(c.values()) for s in (s1, s2) for c in s.counts.values())
@@ -88,17 +92,17 @@ def test_resume_skips_what_is_done_and_from_stage_recomputes(spark, corpus, firs
     root, _ = corpus
     out, cfg, _ = first_run
     n = len(_table(spark, out, "videos"))
-    resumed = run_pipeline(spark, cfg, str(root), out, resume=True)
+    resumed = run_pipeline(spark, cfg, str(root), out, resume=True, until_stage=UNTIL)
     assert resumed.counts["ingest"] == {"ok": 0, "failed": 0, "skipped": n}
     assert resumed.counts["priors"] == {"ok": 0, "failed": 0, "skipped": n}
-    again = run_pipeline(spark, cfg, str(root), out, resume=True, from_stage="priors")
+    again = run_pipeline(spark, cfg, str(root), out, resume=True, from_stage="priors", until_stage=UNTIL)
     assert again.counts["ingest"]["skipped"] == n
     assert again.counts["priors"]["ok"] == n
     # A config change of one stage invalidates that stage (and downstream) only.
     from jobs.config import load_config
 
     changed = load_config([], ["batch_episodes=8", "priors.decode.max_long_side_px=96"])
-    third = run_pipeline(spark, changed, str(root), out, resume=True)
+    third = run_pipeline(spark, changed, str(root), out, resume=True, until_stage=UNTIL)
     assert third.counts["ingest"]["skipped"] == n
     assert third.counts["priors"]["ok"] == n
     assert (_table(spark, out, "frames")["width"] <= 96).all()

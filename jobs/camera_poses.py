@@ -1,0 +1,151 @@
+"""Stages `tracking`, `ba` and `completion`: camera poses per episode (groupBy(episode_id).applyInPandas).
+
+One module for the three because they share the same shape: read a few tables for a batch of
+episodes, stack them into one frame per episode (`udfs.multi_output`), run a unit function of
+`udfs.tracking` under `udfs.guard`, write the stacked outputs with `write_guarded`. Only light
+columns travel: KLT ids and positions, poses, map points; no stage here decodes video.
+
+- tracking: `features` (linked across shards, hand boxes of `hands_cam` removed when that table
+  exists) -> `tracks`, `cameras`, `keyframes`, `map_points`.
+- ba: `cameras`, `tracks`, `keyframes`, `map_points` -> `keyframe_poses`, `ba_points`.
+- completion: the above plus `features`, `frames` -> `camera_poses` (a pose for every frame).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from jobs.stage import EpisodeOutcome, Stage, StageContext, write_guarded
+from jobs.tables import Lineage, exists, read
+from schemas import TableSchema
+from schemas.base import spark_schema
+from schemas.tables import CAMERA_POSES, FEATURES, FRAMES, HANDS_CAM, VIDEOS
+from udfs.guard import guarded_schema, run_unit
+from udfs.multi_output import TABLE_COLUMN, union_schema
+from udfs.tracking import (
+    BA_INPUTS,
+    BA_OUTPUTS,
+    COMPLETION_INPUTS,
+    FEATURE_VIEW,
+    TRACKING_OUTPUTS,
+    ba_unit,
+    completion_unit,
+    tracking_unit,
+)
+
+__all__ = ["BA", "COMPLETION", "TRACKING"]
+
+logger = logging.getLogger(__name__)
+
+
+def _feature_view(ctx: StageContext, episodes: list[str]) -> DataFrame:
+    """`FEATURE_VIEW` rows of `episodes`: features + calibration + decoded size + hand boxes."""
+    mine = F.col("episode_id").isin(episodes)
+    feats = read(ctx.spark, ctx.layout, FEATURES).where(mine).select(*FEATURES.columns)
+    calib = read(ctx.spark, ctx.layout, VIDEOS).where(mine).select("episode_id", "calibration_json")
+    size = (
+        read(ctx.spark, ctx.layout, FRAMES)
+        .where(mine)
+        .groupBy("episode_id")
+        .agg(F.max("width").alias("width"), F.max("height").alias("height"))
+    )
+    view = feats.join(calib, "episode_id", "left").join(size, "episode_id", "left")
+    if exists(ctx.layout, HANDS_CAM):
+        boxes = (
+            read(ctx.spark, ctx.layout, HANDS_CAM)
+            .where(mine & F.col("box_px").isNotNull())
+            .groupBy("episode_id", "frame_idx")
+            .agg(F.flatten(F.collect_list("box_px")).alias("hand_boxes_px"))
+        )
+        view = view.join(boxes, ["episode_id", "frame_idx"], "left")
+    else:  # the hook is a no-op until the hands stage has written hands_cam
+        view = view.withColumn("hand_boxes_px", F.lit(None).cast("array<float>"))
+    return view.select(*FEATURE_VIEW.columns)
+
+
+def _stacked(
+    ctx: StageContext, episodes: list[str], schemas: Sequence[TableSchema], given: dict[str, DataFrame]
+) -> DataFrame:
+    """The rows of `schemas` for `episodes`, stacked with `_table` (tables read unless `given`)."""
+    names = union_schema(schemas).names
+    parts = []
+    for schema in schemas:
+        df = given.get(schema.name)
+        if df is None:
+            df = read(ctx.spark, ctx.layout, schema).where(F.col("episode_id").isin(episodes))
+        parts.append(df.select(*schema.columns).withColumn(TABLE_COLUMN, F.lit(schema.name)))
+    out = parts[0]
+    for df in parts[1:]:
+        out = out.unionByName(df, allowMissingColumns=True)
+    return out.select(*names)
+
+
+def _apply(
+    inputs: DataFrame, unit: Callable[[pd.DataFrame], pd.DataFrame], outputs: Sequence[TableSchema]
+) -> DataFrame:
+    """Run `unit` per episode under the guard; the result stacks `outputs` (or is `outputs[0]`'s rows)."""
+    schema = union_schema(outputs) if len(outputs) > 1 else outputs[0].arrow
+    columns = schema.names
+
+    def guarded_unit(pdf: pd.DataFrame) -> pd.DataFrame:
+        return run_unit(unit, pdf, columns)
+
+    return inputs.groupBy("episode_id").applyInPandas(guarded_unit, spark_schema(guarded_schema(schema)))
+
+
+def _process_tracking(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[EpisodeOutcome]:
+    """Link features across shards, mask hands, track each episode; write the tracking tables."""
+    unit = partial(tracking_unit, opts=ctx.cfg.tracking)
+    return write_guarded(
+        ctx,
+        lineage,
+        episodes,
+        _apply(_feature_view(ctx, episodes), unit, TRACKING_OUTPUTS),
+        *TRACKING_OUTPUTS,
+    )
+
+
+def _process_ba(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[EpisodeOutcome]:
+    """Bundle-adjust each episode's keyframes; write `keyframe_poses` and `ba_points`."""
+    unit = partial(ba_unit, opts=ctx.cfg.completion)
+    inputs = _stacked(ctx, episodes, BA_INPUTS, {})
+    return write_guarded(ctx, lineage, episodes, _apply(inputs, unit, BA_OUTPUTS), *BA_OUTPUTS)
+
+
+def _process_completion(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[EpisodeOutcome]:
+    """Give every frame a pose; write `camera_poses`."""
+    unit = partial(completion_unit, opts=ctx.cfg.completion, tracking=ctx.cfg.tracking)
+    inputs = _stacked(ctx, episodes, COMPLETION_INPUTS, {FEATURE_VIEW.name: _feature_view(ctx, episodes)})
+    return write_guarded(ctx, lineage, episodes, _apply(inputs, unit, (CAMERA_POSES,)), CAMERA_POSES)
+
+
+TRACKING = Stage(
+    name="tracking",
+    version="1",
+    upstream="hands",
+    config_sections=("tracking",),
+    outputs=TRACKING_OUTPUTS,
+    process=_process_tracking,
+)
+BA = Stage(
+    name="ba",
+    version="1",
+    upstream="tracking",
+    config_sections=("completion",),
+    outputs=BA_OUTPUTS,
+    process=_process_ba,
+)
+COMPLETION = Stage(
+    name="completion",
+    version="1",
+    upstream="ba",
+    config_sections=("completion",),
+    outputs=(CAMERA_POSES,),
+    process=_process_completion,
+)

@@ -1,0 +1,73 @@
+"""Stage `fusion`: world-frame hands per episode (groupBy(episode_id), cogroup) into `hands_world`.
+
+Inputs are light columns only: `frames` (times) joined with `camera_poses` (world_from_cam per
+frame), and `hands_cam` (keypoints, fits). An episode without camera poses fails with the error
+"no camera poses" and gets no rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.stage import EpisodeOutcome, Stage, StageContext, now, write_guarded
+from jobs.tables import Layout, Lineage, exists, read
+from schemas.base import spark_schema
+from schemas.tables import CAMERA_POSES, FRAMES, HANDS_CAM, HANDS_WORLD
+from udfs.fusion import POSED_FRAME_COLUMNS, guarded_fuse_hands
+from udfs.guard import guarded_schema
+
+__all__ = ["NO_POSES", "STAGE", "process"]
+
+logger = logging.getLogger(__name__)
+
+#: The error of an episode that has no camera poses.
+NO_POSES = "EgolakeError: no camera poses"
+
+
+def _camera_poses(spark: SparkSession, layout: Layout, episodes: list[str]) -> DataFrame | None:
+    """The episodes' camera poses (the columns fusion uses), or None when the table does not exist."""
+    if not exists(layout, CAMERA_POSES):
+        return None
+    poses = read(spark, layout, CAMERA_POSES).where(F.col("episode_id").isin(episodes))
+    columns = ["episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_m"]
+    return poses.select(*columns, *(["scale_source"] if "scale_source" in poses.columns else []))
+
+
+def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[EpisodeOutcome]:
+    """Fuse the episodes' hands with their camera poses and write `hands_world`."""
+    started = now()
+    poses = _camera_poses(ctx.spark, ctx.layout, episodes)
+    if poses is None:
+        logger.warning("fusion: table %s does not exist; %d episodes fail", CAMERA_POSES.name, len(episodes))
+        return [EpisodeOutcome(e, "failed", 0, NO_POSES, started, now()) for e in episodes]
+    posed_ids = {r["episode_id"] for r in poses.select("episode_id").distinct().collect()}
+    in_scope = F.col("episode_id").isin(episodes)
+    frames = read(ctx.spark, ctx.layout, FRAMES).where(in_scope).select("episode_id", "frame_idx", "ts_s")
+    posed = frames.join(poses, ["episode_id", "frame_idx"], "inner")
+    posed = posed.select(*POSED_FRAME_COLUMNS, *(["scale_source"] if "scale_source" in posed.columns else []))
+    hands = read(ctx.spark, ctx.layout, HANDS_CAM).where(in_scope & F.col("episode_id").isin(list(posed_ids)))
+    result = (
+        posed.groupBy("episode_id")
+        .cogroup(hands.select(*HANDS_CAM.columns).groupBy("episode_id"))
+        .applyInPandas(
+            partial(guarded_fuse_hands, opts=ctx.cfg.fusion), spark_schema(guarded_schema(HANDS_WORLD.arrow))
+        )
+    )
+    # Every episode's old rows are replaced; those without poses get none and fail.
+    outcomes = write_guarded(ctx, lineage, episodes, result, HANDS_WORLD)
+    failed = {e: EpisodeOutcome(e, "failed", 0, NO_POSES, started, now()) for e in set(episodes) - posed_ids}
+    return [failed.get(o.episode_id, o) for o in outcomes]
+
+
+STAGE = Stage(
+    name="fusion",
+    version="1",
+    upstream="completion",
+    config_sections=("fusion",),
+    outputs=(HANDS_WORLD,),
+    process=process,
+)

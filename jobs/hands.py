@@ -1,0 +1,50 @@
+"""Stage `hands`: find and fit hands in every frame (mapInPandas, one task per shard) into `hands_cam`.
+
+Each task decodes its shard itself at the estimator's resolution: estimation costs ~70 ms a frame
+and decoding ~1 ms, so sharing the priors stage's decode would save little and couple the stages.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+from pyspark.sql import functions as F
+
+from jobs.stage import EpisodeOutcome, Stage, StageContext, write_guarded
+from jobs.tables import Lineage, read
+from schemas.base import spark_schema
+from schemas.tables import HANDS_CAM, SHARDS, VIDEOS
+from udfs.guard import guarded_map, guarded_schema
+from udfs.hands import hands_for_shard
+
+__all__ = ["STAGE"]
+
+logger = logging.getLogger(__name__)
+
+
+def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[EpisodeOutcome]:
+    """Find the episodes' hands, one Spark task per shard, and write `hands_cam`."""
+    shards = read(ctx.spark, ctx.layout, SHARDS).where(F.col("episode_id").isin(episodes))
+    calibration = read(ctx.spark, ctx.layout, VIDEOS).select("episode_id", "calibration_json")
+    units = shards.select(*SHARDS.columns).join(F.broadcast(calibration), "episode_id", "left")
+    n_tasks = max(1, min(shards.count(), 4 * ctx.spark.sparkContext.defaultParallelism))
+    fn = guarded_map(
+        partial(hands_for_shard, opts=ctx.cfg.hands, decode=ctx.cfg.priors.decode),
+        HANDS_CAM.columns,
+        ("episode_id", "shard_idx"),
+    )
+    result = units.repartition(n_tasks, "episode_id", "shard_idx").mapInPandas(
+        fn, spark_schema(guarded_schema(HANDS_CAM.arrow))
+    )
+    return write_guarded(ctx, lineage, episodes, result, HANDS_CAM)
+
+
+STAGE = Stage(
+    name="hands",
+    version="1",
+    upstream="priors",
+    config_sections=("hands",),
+    outputs=(HANDS_CAM,),
+    process=process,
+)

@@ -1,0 +1,119 @@
+"""The fusion udf on pandas frames built from a synthetic episode's ground-truth poses and hands."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pose_core.geometry.camera import Camera
+from pose_core.geometry.rigid3 import quat_wxyz_from_matrix
+from pose_core.hands import FusionOptions, HandObservation
+from pose_core.synth.episode import SynthOptions, generate_episode
+from schemas.tables import HANDS_WORLD
+from udfs.fusion import fuse_hands, guarded_fuse_hands
+from udfs.guard import ERROR_KIND, ROW_KIND
+from udfs.hands import HandsOptions, hand_rows
+
+logger = logging.getLogger(__name__)
+PX_NOISE = 2.0  # 2-D keypoint noise, pixels (1 sigma)
+SHAPE_NOISE_M = 0.004  # per-joint noise of the model's 3-D shape, metres (realistic level)
+TRUTH = {"wearer_left": 0, "wearer_right": 1}
+
+
+@pytest.fixture(scope="module")
+def episode():
+    return generate_episode(SynthOptions(num_frames=300, seed=0))
+
+
+def _posed_frames(ep, episode_id="ep0"):
+    return pd.DataFrame(
+        {
+            "episode_id": episode_id,
+            "frame_idx": np.arange(ep.num_frames),
+            "ts_s": ep.ts_s,
+            "world_from_cam_q_wxyz": list(quat_wxyz_from_matrix(ep.world_from_cam[:, :3, :3])),
+            "world_from_cam_t_m": list(ep.world_from_cam[:, :3, 3]),
+        }
+    )
+
+
+def _hands_cam(ep, rng, drop=0.1, flip=0.15, episode_id="ep0"):
+    """`hands_cam` rows of noisy detections: 10 % dropouts, handedness flipped in 15 % of them."""
+    cam_from_world = np.linalg.inv(ep.world_from_cam)
+    in_cam = (
+        np.einsum("fij,fhkj->fhki", cam_from_world[:, :3, :3], ep.hands_world)
+        + cam_from_world[:, None, None, :3, 3]
+    )
+    camera = Camera(640, 480, ep.K[0, 0], ep.K[1, 1], ep.K[0, 2], ep.K[1, 2])
+    frames, found = [], []
+    for f in range(ep.num_frames):
+        hands = []
+        for h in rng.permutation(2):
+            if not ep.hand_visible[f, h] or rng.random() < drop:
+                continue
+            side = ("left", "right")[h] if rng.random() > flip else ("right", "left")[h]
+            px = ep.hands_px[f, h] + rng.normal(0.0, PX_NOISE, (21, 2))
+            shape = in_cam[f, h] + rng.normal(0.0, SHAPE_NOISE_M, (21, 3))
+            hands.append(HandObservation(px, 0.95, side, 0.9, shape))
+        frames.append(f)
+        found.append(hands)
+    return hand_rows(episode_id, frames, found, camera, HandsOptions())
+
+
+def test_fused_world_hands_match_ground_truth(episode):
+    hands = _hands_cam(episode, np.random.default_rng(0))
+    out = fuse_hands(_posed_frames(episode), hands, FusionOptions())
+    assert list(out.columns) == HANDS_WORLD.columns
+    assert not out.duplicated(["frame_idx", "identity"]).any()
+    truth_h = out["identity"].map(TRUTH)
+    assert truth_h.notna().mean() >= 0.98  # the wearer's two hands, sides from geometry, not the flips
+    kp = np.stack(out["keypoints_world_m"].map(np.asarray)).reshape(-1, 21, 3)
+    known = truth_h.notna().to_numpy()
+    gt = episode.hands_world[out["frame_idx"].to_numpy()[known], truth_h[known].astype(int).to_numpy()]
+    err = np.linalg.norm(kp[known] - gt, axis=-1).mean(axis=-1)
+    observed = ~out["filled"].to_numpy()[known]
+    filled = out["filled"].to_numpy()
+    logger.info("fusion udf: %d rows, %d filled; world MPJPE observed %.1f mm, filled %.1f mm; switches %d",
+                len(out), filled.sum(), 1e3 * err[observed].mean(), 1e3 * err[~observed].mean(),
+                out["identity_switch"].sum())  # fmt: skip
+    assert err[observed].mean() <= 0.020
+    assert out["identity_switch"].sum() <= 6
+    assert filled.sum() >= 10 and err[~observed].mean() <= 0.025
+    assert out.loc[filled, "score"].isna().all() and (out.loc[filled, "depth_source"] == "gap_fill").all()
+    assert (out.loc[~filled, "supporting_keypoints"] == 21).all()
+    assert (out["scale_source"] == "none").all()
+    # Every observed row comes from exactly one hands_cam row of that frame.
+    pairs = out.loc[~filled, ["frame_idx", "hand_slot"]].astype(int)
+    assert not pairs.duplicated().any()
+    assert set(map(tuple, pairs.to_numpy())) <= set(map(tuple, hands[["frame_idx", "hand_slot"]].to_numpy()))
+
+
+def test_scale_source_and_user_scale_are_recorded(episode):
+    hands = _hands_cam(episode, np.random.default_rng(1))
+    frames = _posed_frames(episode).assign(scale_source="stereo")
+    assert (fuse_hands(frames, hands, FusionOptions())["scale_source"] == "stereo").all()
+    shrunk = _posed_frames(episode)
+    shrunk["world_from_cam_t_m"] = [t / 4.0 for t in shrunk["world_from_cam_t_m"]]  # units of 25 cm
+    user = fuse_hands(shrunk, hands, FusionOptions(user_metres_per_unit=4.0))
+    metric = fuse_hands(_posed_frames(episode), hands, FusionOptions())
+    assert (user["scale_source"] == "user").all()
+    np.testing.assert_allclose(
+        np.stack(user["keypoints_world_m"].map(np.asarray)),
+        np.stack(metric["keypoints_world_m"].map(np.asarray)),
+        atol=1e-4,
+    )
+
+
+def test_no_poses_is_a_clear_episode_failure(episode):
+    hands = _hands_cam(episode, np.random.default_rng(2))
+    frames = _posed_frames(episode)
+    frames["world_from_cam_q_wxyz"] = None
+    out = guarded_fuse_hands(frames, hands, FusionOptions())
+    assert out["_row_kind"].tolist() == [ERROR_KIND]
+    assert out["_error"].iat[0] == "EgolakeError: no camera poses for this episode's frames"
+    ok = guarded_fuse_hands(_posed_frames(episode), hands.iloc[:0], FusionOptions())
+    assert ok.empty  # an episode without hands has no rows and no error
+    assert (guarded_fuse_hands(_posed_frames(episode), hands, FusionOptions())["_row_kind"] == ROW_KIND).all()

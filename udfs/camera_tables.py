@@ -1,0 +1,195 @@
+"""Camera-pose values <-> table rows: poses as q_wxyz + t columns, cameras, keyframes, map points.
+
+Every conversion here is exact and inverse to its partner, so a stage that reads what another
+wrote gets the arrays that stage had (poses to float64 precision).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+
+from pose_core.camera_poses.keyframe_map import Keyframe
+from pose_core.camera_poses.tracking import TrackingResult, TrackingState
+from pose_core.errors import EgolakeError
+from pose_core.geometry.camera import Camera
+from pose_core.geometry.rigid3 import invert_rigid_matrices, matrix_from_quat_wxyz, quat_wxyz_from_matrix
+
+__all__ = [
+    "camera_from_row",
+    "camera_row",
+    "keyframe_rows",
+    "keyframes_from_rows",
+    "point_rows",
+    "points_from_rows",
+    "pose_columns",
+    "state_names",
+    "tracking_result_from_rows",
+    "world_from_cam_from_columns",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def pose_columns(world_from_cam: np.ndarray) -> tuple[list[list[float] | None], list[list[float] | None]]:
+    """The `world_from_cam_q_wxyz` and `world_from_cam_t_m` values of poses ``(F, 4, 4)``; None where NaN."""
+    ok = np.isfinite(world_from_cam).all(axis=(1, 2))
+    q = np.zeros((len(world_from_cam), 4))
+    if ok.any():
+        q[ok] = quat_wxyz_from_matrix(world_from_cam[ok, :3, :3])
+    t = world_from_cam[:, :3, 3]
+    return (
+        [q[i].tolist() if ok[i] else None for i in range(len(ok))],
+        [t[i].tolist() if ok[i] else None for i in range(len(ok))],
+    )
+
+
+def world_from_cam_from_columns(q_wxyz: pd.Series, t_m: pd.Series) -> np.ndarray:
+    """Poses ``(F, 4, 4)`` from the two pose columns; NaN rows where a value is null."""
+    out = np.full((len(q_wxyz), 4, 4), np.nan)
+    for i, (q, t) in enumerate(zip(q_wxyz, t_m, strict=True)):
+        if q is None or t is None:
+            continue
+        out[i] = np.eye(4)
+        out[i, :3, :3] = matrix_from_quat_wxyz(np.asarray(q, np.float64))
+        out[i, :3, 3] = np.asarray(t, np.float64)
+    return out
+
+
+def camera_row(episode_id: str, camera: Camera) -> pd.DataFrame:
+    """The `cameras` row of an episode."""
+    return pd.DataFrame(
+        [
+            {
+                "episode_id": episode_id,
+                "width": camera.width,
+                "height": camera.height,
+                "fx": camera.fx,
+                "fy": camera.fy,
+                "cx": camera.cx,
+                "cy": camera.cy,
+                "model": camera.model,
+                "dist": list(camera.dist),
+                "intrinsics_source": camera.intrinsics_source,
+            }
+        ]
+    )
+
+
+def camera_from_row(rows: pd.DataFrame) -> Camera:
+    """The `Camera` of a `cameras` row.
+
+    Raises:
+        EgolakeError: there is not exactly one row.
+    """
+    if len(rows) != 1:
+        raise EgolakeError(f"expected one cameras row per episode, got {len(rows)}")
+    r = rows.iloc[0]
+    return Camera(
+        int(r.width),
+        int(r.height),
+        float(r.fx),
+        float(r.fy),
+        float(r.cx),
+        float(r.cy),
+        r.model,
+        tuple(float(d) for d in r.dist),
+        r.intrinsics_source,
+    )
+
+
+def state_names(state: np.ndarray) -> list[str]:
+    """Lower-case `TrackingState` names of int codes ``(F,)``."""
+    return [TrackingState(int(s)).name.lower() for s in state]
+
+
+def keyframe_rows(episode_id: str, keyframes: list[Keyframe], segment_id: np.ndarray) -> pd.DataFrame:
+    """`keyframes` / `keyframe_poses` rows of keyframes (``cam_from_world`` stored as world_from_cam)."""
+    wfc = (
+        invert_rigid_matrices(np.stack([k.cam_from_world for k in keyframes]))
+        if keyframes
+        else np.zeros((0, 4, 4))
+    )
+    q, t = pose_columns(wfc)
+    return pd.DataFrame(
+        {
+            "episode_id": episode_id,
+            "frame_idx": np.array([k.frame_idx for k in keyframes], np.int64),
+            "segment_id": np.array([segment_id[k.frame_idx] for k in keyframes], np.int32),
+            "world_from_cam_q_wxyz": q,
+            "world_from_cam_t_m": t,
+            "obs_point_idx": [np.asarray(k.point_idx, np.int64) for k in keyframes],
+            "obs_xy": [np.asarray(k.xy, np.float64).reshape(-1) for k in keyframes],
+        }
+    )
+
+
+def keyframes_from_rows(rows: pd.DataFrame) -> list[Keyframe]:
+    """Inverse of `keyframe_rows`, in frame order."""
+    rows = rows.sort_values("frame_idx")
+    wfc = world_from_cam_from_columns(rows["world_from_cam_q_wxyz"], rows["world_from_cam_t_m"])
+    cfw = invert_rigid_matrices(wfc) if len(rows) else wfc
+    return [
+        Keyframe(int(f), c, np.asarray(p, np.int64), np.asarray(xy, np.float64).reshape(-1, 2))
+        for f, c, p, xy in zip(rows["frame_idx"], cfw, rows["obs_point_idx"], rows["obs_xy"], strict=True)
+    ]
+
+
+def point_rows(
+    episode_id: str, points: np.ndarray, track_id: np.ndarray | None = None, segment: np.ndarray | None = None
+) -> pd.DataFrame:
+    """`map_points` rows (with `track_id` and `segment`) or `ba_points` rows (points only) of ``(P, 3)``."""
+    df = pd.DataFrame(
+        {
+            "episode_id": episode_id,
+            "point_idx": np.arange(len(points), dtype=np.int64),
+            "x_in_world_m": list(np.asarray(points, np.float64)),
+        }
+    )
+    if track_id is not None and segment is not None:
+        df["track_id"] = np.asarray(track_id, np.int64)
+        df["segment_id"] = np.asarray(segment, np.int32)
+    return df
+
+
+def points_from_rows(rows: pd.DataFrame) -> np.ndarray:
+    """Points ``(P, 3)`` indexed by `point_idx` (which must be 0..P-1).
+
+    Raises:
+        EgolakeError: point indices are not 0..P-1.
+    """
+    rows = rows.sort_values("point_idx")
+    if not np.array_equal(rows["point_idx"].to_numpy(), np.arange(len(rows))):
+        raise EgolakeError("map point indices are not 0..P-1")
+    return np.array(rows["x_in_world_m"].tolist(), np.float64).reshape(-1, 3)
+
+
+def tracking_result_from_rows(
+    tracks: pd.DataFrame, keyframes: pd.DataFrame, map_points: pd.DataFrame, points: np.ndarray
+) -> TrackingResult:
+    """A `TrackingResult` from `tracks`, keyframe rows, `map_points` and point coordinates ``(P, 3)``.
+
+    Raises:
+        EgolakeError: the tracks do not cover frames 0..F-1.
+    """
+    tracks = tracks.sort_values("frame_idx")
+    if not np.array_equal(tracks["frame_idx"].to_numpy(), np.arange(len(tracks))):
+        raise EgolakeError("tracks do not cover frames 0..F-1")
+    codes = {s.name.lower(): int(s) for s in TrackingState}
+    meta = map_points.sort_values("point_idx")
+    return TrackingResult(
+        world_from_cam=world_from_cam_from_columns(
+            tracks["world_from_cam_q_wxyz"], tracks["world_from_cam_t_m"]
+        ),
+        state=np.array([codes[s] for s in tracks["tracking_state"]], np.int8),
+        segment_id=tracks["segment_id"].to_numpy(np.int32),
+        is_keyframe=tracks["is_keyframe"].to_numpy(bool),
+        num_inliers=tracks["num_inliers"].fillna(0).to_numpy(np.int32),
+        reproj_error_px=tracks["reproj_error_px"].astype(np.float64).to_numpy(),
+        points_in_world=points,
+        point_track_id=meta["track_id"].to_numpy(np.int64),
+        point_segment=meta["segment_id"].to_numpy(np.int32),
+        keyframes=keyframes_from_rows(keyframes),
+    )

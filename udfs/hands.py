@@ -1,0 +1,208 @@
+"""Per-shard hand pass: decode a shard, find hands, fit them in metres, one `hands_cam` row per hand.
+
+The estimator is loaded once per Python worker (module-level cache keyed by its options, filled on
+first use, never at import) and reused for every shard that worker runs; `reset` is called per
+shard because a shard's first frame does not follow the previous shard's last.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+
+import numpy as np
+import pandas as pd
+
+from pose_core.errors import EgolakeError, InputError
+from pose_core.geometry.camera import Camera
+from pose_core.hands import (
+    FitOptions,
+    HandEstimator,
+    HandObservation,
+    MediaPipeOptions,
+    fit_hand_with_camera,
+    hand_box,
+)
+from schemas.tables import HANDS_CAM
+from udfs.media.decode import DecodeOptions, iter_frames
+
+__all__ = [
+    "DEPTH_SOURCE",
+    "ESTIMATOR_ENTRY_POINTS",
+    "EstimatorOptions",
+    "HandsOptions",
+    "camera_for_frames",
+    "hand_rows",
+    "hands_for_shard",
+    "load_estimator",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Entry-point group of plugged-in estimators: `name = "module:factory"`, `factory(opts) -> HandEstimator`.
+ESTIMATOR_ENTRY_POINTS = "egolake.hand_estimators"
+#: Where the metric depth of a monocular hand fit comes from.
+DEPTH_SOURCE = "hand_size_prior"
+
+
+@dataclass(frozen=True)
+class EstimatorOptions:
+    """Which 2-D hand model runs, on what images."""
+
+    # "mediapipe" (default, models from `python -m conf.models`) or the name of an entry point in
+    # the group `egolake.hand_estimators` whose factory takes these options.
+    kind: str = "mediapipe"
+    # Long side of the frames given to the estimator, pixels (the decoder resizes); 0 keeps the native size.
+    max_long_side_px: int = 640
+    # Frames decoded and passed to the estimator per call.
+    batch_frames: int = 32
+    # Settings of the MediaPipe estimator.
+    mediapipe: MediaPipeOptions = field(default_factory=MediaPipeOptions)
+
+    def __post_init__(self) -> None:
+        if self.max_long_side_px < 0 or self.batch_frames < 1:
+            raise ValueError(
+                f"hands.estimator: max_long_side_px must be >= 0 and batch_frames >= 1, got "
+                f"{self.max_long_side_px}, {self.batch_frames}"
+            )
+
+
+@dataclass(frozen=True)
+class HandsOptions:
+    """Stage `hands`: per-frame 2-D hands and their metric fit in the camera frame."""
+
+    # The hand model and the resolution it sees.
+    estimator: EstimatorOptions = field(default_factory=EstimatorOptions)
+    # The metric fit (hand-size prior, depth limits).
+    fit: FitOptions = field(default_factory=FitOptions)
+    # Hand boxes (for tracking's masks) grow by this fraction of their larger side on each side.
+    box_margin: float = 0.15
+
+
+_ESTIMATORS: dict[EstimatorOptions, HandEstimator] = {}
+
+
+def load_estimator(opts: EstimatorOptions) -> HandEstimator:
+    """The estimator for `opts`, built on first use in this process and cached.
+
+    Raises:
+        EgolakeError: `opts.kind` is neither "mediapipe" nor an installed entry point.
+        FileNotFoundError: the MediaPipe models are not in the cache (run `python -m conf.models`).
+    """
+    if opts not in _ESTIMATORS:
+        if opts.kind == "mediapipe":
+            from conf.models import model_path  # noqa: PLC0415 -- only the default estimator needs it
+            from pose_core.hands import MediaPipeHandEstimator  # noqa: PLC0415
+
+            palm, landmark = model_path("palm_detection_full.tflite"), model_path("hand_landmark_full.tflite")
+            _ESTIMATORS[opts] = MediaPipeHandEstimator(palm, landmark, opts.mediapipe)
+        else:
+            found = [ep for ep in entry_points(group=ESTIMATOR_ENTRY_POINTS) if ep.name == opts.kind]
+            if not found:
+                raise EgolakeError(
+                    f"hand estimator {opts.kind!r} is not installed: use 'mediapipe' or register an "
+                    f"entry point in the group {ESTIMATOR_ENTRY_POINTS!r}"
+                )
+            _ESTIMATORS[opts] = found[0].load()(opts)
+        logger.info("hand estimator loaded kind=%s", opts.kind)
+    return _ESTIMATORS[opts]
+
+
+def camera_for_frames(calibration_json: str | None, width: int, height: int) -> Camera:
+    """The camera of frames decoded at `width x height`.
+
+    From the `videos.calibration_json` sidecar (intrinsics of the stored frames) scaled to the decoded
+    size, or, without one, the prior of `Camera.from_prior`: principal point at the centre and a
+    70 degree horizontal field of view (depth then scales with the true focal length / the prior's).
+
+    Raises:
+        InputError: `bad_intrinsics` for a radtan model with a non-zero k3 (not modelled).
+    """
+    if calibration_json is None or (isinstance(calibration_json, float) and np.isnan(calibration_json)):
+        return Camera.from_prior(width, height)
+    calib = json.loads(calibration_json)
+    coeffs = tuple(float(c) for c in calib["distortion"])
+    model = {"none": "pinhole", "radtan": "radtan", "equidistant": "fisheye"}[calib["distortion_model"]]
+    if model == "radtan" and len(coeffs) == 5:
+        if coeffs[4] != 0.0:
+            raise InputError("bad_intrinsics", f"radtan k3={coeffs[4]} is not supported by the camera model")
+        coeffs = coeffs[:4]
+    camera = Camera(
+        int(calib["width"]), int(calib["height"]), float(calib["fx"]), float(calib["fy"]),
+        float(calib["cx"]), float(calib["cy"]), model, coeffs, "sidecar",
+    )  # fmt: skip
+    return camera.scaled(width, height)
+
+
+def _floats(values: np.ndarray) -> list[float]:
+    return np.asarray(values, np.float64).ravel().tolist()
+
+
+def hand_rows(
+    episode_id: str,
+    frame_idx: Sequence[int],
+    hands: Sequence[Sequence[HandObservation]],
+    camera: Camera,
+    opts: HandsOptions,
+) -> pd.DataFrame:
+    """`hands_cam` rows of some frames: one per hand found, fitted in metres; none for a frame without hands.
+
+    Args:
+        episode_id: the episode.
+        frame_idx: the frames' indices, `(B,)`.
+        hands: per frame, the estimator's hands (keypoints in the image of `camera`).
+        camera: intrinsics of those images.
+        opts: stage settings (fit, box margin).
+    """
+    rows = []
+    intrinsics = [camera.fx, camera.fy, camera.cx, camera.cy]
+    for frame, found in zip(frame_idx, hands, strict=True):
+        for slot, hand in enumerate(found):
+            fit = fit_hand_with_camera(hand, camera, opts.fit)
+            box = _floats(hand_box(hand.keypoints_px, opts.box_margin))
+            rows.append((
+                episode_id, int(frame), slot, _floats(hand.keypoints_px), hand.score, hand.handedness,
+                hand.handedness_score, _floats(fit.keypoints_cam), fit.valid, fit.residual_px,
+                fit.num_keypoints, fit.shape_source, fit.model_palm_size_m, box, DEPTH_SOURCE, intrinsics,
+                camera.intrinsics_source, camera.width, camera.height,
+            ))  # fmt: skip
+    return pd.DataFrame(rows, columns=HANDS_CAM.columns)
+
+
+def hands_for_shard(shard: pd.DataFrame, opts: HandsOptions, decode: DecodeOptions) -> pd.DataFrame:
+    """Decode one shard's own frames, find and fit every hand.
+
+    Args:
+        shard: one row of `shards` plus the episode's `calibration_json`.
+        opts: stage settings.
+        decode: how to decode (its `max_long_side_px` is replaced by the estimator's).
+
+    Returns:
+        `hands_cam` rows of frames [own_start, own_stop).
+
+    Raises:
+        EgolakeError: the decoder returned fewer frames than the shard owns.
+    """
+    s = shard.iloc[0]
+    decode = DecodeOptions(decode.backend, opts.estimator.max_long_side_px, decode.threads)
+    estimator = load_estimator(opts.estimator)
+    estimator.reset()
+    parts, decoded = [], 0
+    chunks = iter_frames(
+        s.source_path, int(s.own_start), int(s.own_stop), decode, opts.estimator.batch_frames
+    )
+    for chunk in chunks:
+        height, width = chunk.frames.shape[1:3]
+        camera = camera_for_frames(s.calibration_json, width, height)
+        found = estimator.estimate(chunk.frames, camera.k_matrix)
+        parts.append(hand_rows(s.episode_id, chunk.frame_idx, found, camera, opts))
+        decoded += len(chunk.frame_idx)
+    expected = int(s.own_stop) - int(s.own_start)
+    if decoded != expected:
+        raise EgolakeError(
+            f"{s.source_path}: decoded {decoded} of {expected} frames in [{s.own_start}, {s.own_stop})"
+        )
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=HANDS_CAM.columns)
