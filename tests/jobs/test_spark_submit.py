@@ -43,7 +43,8 @@ def test_ingest_via_spark_submit_on_local_cluster(spark, corpus, tmp_path):
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "master=local-cluster[2,1,1024]" in proc.stderr
+    # spark-submit's PythonRunner merges the driver's stderr (egolake's logs) into stdout.
+    assert "master=local-cluster[2,1,1024]" in proc.stdout + proc.stderr
     videos = table(spark, str(out), "videos")
     quarantine = table(spark, str(out), "quarantine")
     got = dict.fromkeys(videos["source_path"], "episode")
