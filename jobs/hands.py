@@ -11,11 +11,9 @@ from functools import partial
 
 from pyspark.sql import functions as F
 
-from jobs.stage import EpisodeOutcome, Stage, StageContext, write_guarded
+from jobs.stage import EpisodeOutcome, Stage, StageContext, map_per_shard, write_guarded
 from jobs.tables import Lineage, read
-from schemas.base import spark_schema
 from schemas.tables import HANDS_CAM, SHARDS, VIDEOS
-from udfs.guard import guarded_map, guarded_schema
 from udfs.hands import hands_for_shard
 
 __all__ = ["STAGE"]
@@ -28,15 +26,8 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
     shards = read(ctx.spark, ctx.layout, SHARDS).where(F.col("episode_id").isin(episodes))
     calibration = read(ctx.spark, ctx.layout, VIDEOS).select("episode_id", "calibration_json")
     units = shards.select(*SHARDS.columns).join(F.broadcast(calibration), "episode_id", "left")
-    n_tasks = max(1, min(shards.count(), 4 * ctx.spark.sparkContext.defaultParallelism))
-    fn = guarded_map(
-        partial(hands_for_shard, opts=ctx.cfg.hands, decode=ctx.cfg.priors.decode),
-        HANDS_CAM.columns,
-        ("episode_id", "shard_idx"),
-    )
-    result = units.repartition(n_tasks, "episode_id", "shard_idx").mapInPandas(
-        fn, spark_schema(guarded_schema(HANDS_CAM.arrow))
-    )
+    unit = partial(hands_for_shard, opts=ctx.cfg.hands, decode=ctx.cfg.priors.decode)
+    result = map_per_shard(ctx, units, unit, HANDS_CAM.arrow)
     return write_guarded(ctx, lineage, episodes, result, HANDS_CAM)
 
 

@@ -15,20 +15,23 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from jobs.config import PipelineConfig
 from jobs.tables import Layout, Lineage, append, exists, read
 from schemas import TableSchema
+from schemas.base import spark_schema
 from schemas.tables import RUNS
-from udfs.guard import ERROR_KIND, ROW_KIND
+from udfs.guard import ERROR_KIND, ROW_KIND, guarded_map, guarded_schema
 
 __all__ = [
     "EpisodeOutcome",
     "Stage",
     "StageContext",
     "latest_runs",
+    "map_per_shard",
     "record_runs",
     "run_episode_stage",
     "split_guarded",
@@ -251,3 +254,18 @@ def write_guarded(
         return outcomes
     finally:
         result.unpersist()
+
+
+def map_per_shard(
+    ctx: StageContext, units: DataFrame, unit_fn: Callable, out_schema: pa.Schema
+) -> DataFrame:
+    """Run `unit_fn` once per shard row of `units`, one Spark task per shard, guarded by `udfs.guard`.
+
+    `units` holds one light row per (episode_id, shard_idx) (paths and frame ranges, never pixels);
+    the result is the guarded output for `write_guarded`. Tasks are capped at 4 per core.
+    """
+    n_tasks = max(1, min(units.count(), 4 * ctx.spark.sparkContext.defaultParallelism))
+    fn = guarded_map(unit_fn, out_schema.names, ("episode_id", "shard_idx"))
+    return units.repartition(n_tasks, "episode_id", "shard_idx").mapInPandas(
+        fn, spark_schema(guarded_schema(out_schema))
+    )
