@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from schemas.base import TableSchema
 from schemas.tables import (
+    ACTIONS,
     BA_POINTS,
     CAMERA_POSES,
     CAMERAS,
@@ -14,7 +15,9 @@ from schemas.tables import (
     KEYFRAME_POSES,
     KEYFRAMES,
     MAP_POINTS,
+    QA,
     QUARANTINE,
+    ROBOT_ACTIONS,
     RUNS,
     SHARDS,
     TRACKS,
@@ -28,6 +31,7 @@ TABLES: dict[str, TableSchema] = {
     for t in (
         VIDEOS, SHARDS, QUARANTINE, RUNS, FRAMES, FEATURES, HANDS_CAM, HANDS_WORLD,
         CAMERAS, TRACKS, KEYFRAMES, MAP_POINTS, KEYFRAME_POSES, BA_POINTS, CAMERA_POSES,
+        ACTIONS, ROBOT_ACTIONS, QA,
     )  # fmt: skip
 }
 

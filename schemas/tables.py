@@ -7,6 +7,7 @@ import pyarrow as pa
 from schemas.base import TableSchema
 
 __all__ = [
+    "ACTIONS",
     "BA_POINTS",
     "CAMERAS",
     "CAMERA_POSES",
@@ -17,7 +18,9 @@ __all__ = [
     "KEYFRAMES",
     "KEYFRAME_POSES",
     "MAP_POINTS",
+    "QA",
     "QUARANTINE",
+    "ROBOT_ACTIONS",
     "RUNS",
     "SHARDS",
     "TRACKS",
@@ -338,6 +341,75 @@ CAMERA_POSES = TableSchema(
             pa.field("is_keyframe", pa.bool_(), nullable=False),
             pa.field("num_inliers", pa.int32()),  # inliers of the final pose
             pa.field("reproj_error_px", pa.float32()),  # RMS reprojection error of inliers; null: unknown
+        ]
+    ),
+)
+
+ACTIONS = TableSchema(
+    name="actions",
+    version="1",
+    key=("episode_id", "identity", "segment_idx"),
+    partition_key="episode_id",
+    arrow=pa.schema(
+        [
+            pa.field("episode_id", pa.string(), nullable=False),
+            pa.field("identity", pa.string(), nullable=False),  # wearer_left | wearer_right
+            pa.field("segment_idx", pa.int32(), nullable=False),  # 0-based, in time order per hand
+            pa.field("label", pa.string(), nullable=False),  # idle | reach | grasp | manipulate | release | missing
+            pa.field("frame_start", pa.int64(), nullable=False),  # first frame of the segment
+            pa.field("frame_stop", pa.int64(), nullable=False),  # one past its last frame
+            pa.field("ts_start_s", pa.float64()),
+            pa.field("ts_stop_s", pa.float64()),  # presentation time of its last frame
+            pa.field("mean_wrist_speed_mps", pa.float32()),
+            pa.field("mean_grip_aperture_m", pa.float32()),  # thumb tip to index tip
+            pa.field("task_text", pa.string()),  # the episode's task
+            pa.field("task_source", pa.string()),  # sidecar | conf
+        ]
+    ),
+)
+
+ROBOT_ACTIONS = TableSchema(
+    name="robot_actions",
+    version="1",
+    key=("episode_id", "embodiment", "identity", "frame_idx"),
+    partition_key="episode_id",
+    arrow=pa.schema(
+        [
+            pa.field("episode_id", pa.string(), nullable=False),
+            pa.field("embodiment", pa.string(), nullable=False),  # profile name (conf/embodiments/<name>.yaml)
+            pa.field("identity", pa.string(), nullable=False),  # the wearer hand it follows
+            pa.field("frame_idx", pa.int64(), nullable=False),
+            pa.field("ts_s", pa.float64()),
+            pa.field("joint_names", pa.list_(pa.string())),  # order of `joint_positions`
+            pa.field("joint_positions", _F64_LIST),  # rad or m, (J,); null where the hand is missing
+            pa.field("gripper", pa.float64()),  # gripper command; null for dexterous hands
+            pa.field("ee_target_base", _F64_LIST),  # wanted tool pose in the robot base, 4x4 row-major
+            pa.field("ee_base", _F64_LIST),  # reached tool pose, 4x4 row-major
+            pa.field("ee_error_m", pa.float32()),  # position error of the reached pose
+            pa.field("ee_error_rad", pa.float32()),  # orientation error of the reached pose
+            pa.field("reachable", pa.bool_()),  # within the profile's tolerances; false: flagged, not used
+        ]
+    ),
+)
+
+QA = TableSchema(
+    name="qa",
+    version="1",
+    key=("episode_id",),
+    partition_key="episode_id",
+    arrow=pa.schema(
+        [
+            pa.field("episode_id", pa.string(), nullable=False),
+            pa.field("passed", pa.bool_(), nullable=False),  # every flag below its threshold
+            pa.field("flags", pa.list_(pa.string())),  # codes of the failed checks (qa.thresholds in conf)
+            pa.field("reasons", pa.list_(pa.string())),  # one human-readable sentence per flag
+            pa.field("frames", pa.int64()),
+            pa.field("duration_s", pa.float64()),
+            pa.field("posed_fraction", pa.float32()),  # frames with a camera pose not interpolated or lost
+            pa.field("hand_coverage", pa.float32()),  # frames with at least one wearer hand
+            pa.field("identity_switches", pa.int32()),
+            pa.field("scale_source", pa.string()),
+            pa.field("report_path", pa.string()),  # the episode's HTML page under OUTPUT/qa
         ]
     ),
 )
