@@ -50,6 +50,7 @@ bench: setup
 	$(PY) -m bench.camera_poses --out bench/results --colmap
 	$(PY) -m bench.hands --out bench/results
 	$(PY) -m bench.ba_device --out bench/results --sizes 50x5000,200x20000
+	$(PY) -m bench.decode_overlap --out bench/results
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -132,6 +134,38 @@ class TestIterFrames:
             next(iter_frames(str(root / "valid" / "clip_a.mp4"), -1, 3))
         with pytest.raises(ValueError, match="backend"):
             DecodeOptions(backend="ffmpeg")  # type: ignore[arg-type]
+
+
+class TestPrefetch:
+    """Decoding ahead in a thread changes nothing the caller sees, errors included."""
+
+    @pytest.mark.parametrize("depth", [1, 3])
+    def test_same_chunks_as_inline(self, root: Path, depth: int) -> None:
+        path = str(root / "bad" / "long_source.mkv")
+        inline = list(iter_frames(path, 7, 50, replace(NATIVE["pyav"], prefetch_chunks=0), chunk_frames=16))
+        ahead = list(iter_frames(path, 7, 50, replace(NATIVE["pyav"], prefetch_chunks=depth), chunk_frames=16))
+        assert len(ahead) == len(inline) == 3
+        for a, b in zip(ahead, inline, strict=True):
+            np.testing.assert_array_equal(a.frames, b.frames)
+            np.testing.assert_array_equal(a.frame_idx, b.frame_idx)
+
+    def test_decoder_error_reaches_the_caller(self, root: Path) -> None:
+        opts = replace(NATIVE["auto"], prefetch_chunks=2)
+        with pytest.raises(InputError) as info:
+            list(iter_frames(str(root / "bad" / "corrupt_middle.mkv"), 0, None, opts, chunk_frames=4))
+        assert info.value.reason_code == "corrupt_frames"
+
+    def test_early_close_stops_the_thread(self, root: Path) -> None:
+        opts = replace(NATIVE["pyav"], prefetch_chunks=1)
+        chunks = iter_frames(str(root / "bad" / "long_source.mkv"), 0, None, opts, chunk_frames=2)
+        first = next(chunks)
+        assert len(first.frame_idx) == 2
+        chunks.close()
+        assert not any(t.name == "decode-prefetch" for t in threading.enumerate())
+
+    def test_negative_depth_refused(self) -> None:
+        with pytest.raises(ValueError, match="prefetch_chunks"):
+            DecodeOptions(prefetch_chunks=-1)
 
 
 def test_output_size() -> None:

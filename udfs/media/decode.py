@@ -15,6 +15,9 @@ Convention:
       `rotation_deg`; `np.rot90(frame, k=rotation_deg // 90)` gives the displayed picture.
       decord rotates internally, so its output is turned back; `auto` uses PyAV for rotated video.
     - Resizing happens in the decoder: the long side becomes <= `max_long_side_px`, aspect kept.
+    - `iter_frames` decodes up to `prefetch_chunks` chunks ahead in a background thread, so decoding
+      the next chunk overlaps the caller's work on the current one (decord, PyAV and OpenCV release
+      the GIL while they decode).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from __future__ import annotations
 import io
 import logging
 import os
+import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -56,6 +61,7 @@ class DecodeOptions:
         backend: `auto` (decord, PyAV where decord fails or the video is rotated), `decord` or `pyav`.
         max_long_side_px: resize in the decoder so the long side is <= this many pixels; 0 = native.
         threads: decoder threads per call (keep 1 when Spark already runs one task per core).
+        prefetch_chunks: chunks `iter_frames` decodes ahead in a background thread; 0 = none.
     """
 
     # auto = decord first, PyAV fallback; or force one backend.
@@ -64,12 +70,15 @@ class DecodeOptions:
     max_long_side_px: int = 640
     # Decoder threads per call.
     threads: int = 1
+    # Chunks decoded ahead in a background thread while the caller works on the current one
+    # (memory: this many extra chunks of frames); 0 decodes in the caller's thread.
+    prefetch_chunks: int = 1
 
     def __post_init__(self) -> None:
         if self.backend not in ("auto", "decord", "pyav"):
             raise ValueError(f"backend must be auto, decord or pyav, got {self.backend!r}")
-        if self.max_long_side_px < 0 or self.threads < 1:
-            raise ValueError("max_long_side_px must be >= 0 and threads >= 1")
+        if self.max_long_side_px < 0 or self.threads < 1 or self.prefetch_chunks < 0:
+            raise ValueError("max_long_side_px and prefetch_chunks must be >= 0 and threads >= 1")
 
 
 @dataclass(frozen=True)
@@ -313,10 +322,53 @@ def iter_frames(
     if start < 0 or chunk_frames < 1:
         raise ValueError(f"start must be >= 0 and chunk_frames >= 1, got {start}, {chunk_frames}")
     req = _Request(source, start, np.iinfo(np.int64).max if stop is None else stop, opts, chunk_frames)
-    if isinstance(source, str) and os.path.isdir(source):
-        yield from _sequence_chunks(req, source)
-    else:
-        yield from _video_chunks(req)
+    is_sequence = isinstance(source, str) and os.path.isdir(source)
+    chunks = _sequence_chunks(req, source) if is_sequence else _video_chunks(req)
+    yield from (_prefetched(chunks, opts.prefetch_chunks) if opts.prefetch_chunks else chunks)
+
+
+_DONE = object()
+
+
+def _prefetched(chunks: Iterator[DecodedFrames], depth: int) -> Iterator[DecodedFrames]:
+    """`chunks`, produced up to `depth` items ahead by a background thread.
+
+    Errors of the producer are raised in the consumer, in order. Closing the consumer early (a
+    `break`, an exception) stops the producer after at most one more chunk.
+    """
+    ready: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for chunk in chunks:
+                if not put(chunk):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, who raises it
+            put(exc)
+            return
+        put(_DONE)
+
+    worker = threading.Thread(target=produce, name="decode-prefetch", daemon=True)
+    worker.start()
+    try:
+        while (item := ready.get()) is not _DONE:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+        chunks.close()
 
 
 def decode_frames(
