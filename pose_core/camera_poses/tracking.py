@@ -58,7 +58,9 @@ class TrackingOptions:
     init_min_parallax_deg: float = 1.0
     # inliers of the 5-point RANSAC needed to initialise
     init_min_inliers: int = 60
-    # minimum shared tracks with the reference frame before the reference is moved forward
+    # minimum shared tracks with the reference frame before the reference is moved forward (while
+    # uninitialised the reference also moves when fewer than `init_min_inliers` are shared: those
+    # could never initialise)
     min_shared_tracks: int = 30
     # RANSAC threshold of 5-point and PnP, pixels
     ransac_px: float = 1.5
@@ -158,7 +160,7 @@ class _Tracker:
     def _step_uninitialised(self, feat: FrameFeatures, xy: np.ndarray) -> None:
         ref_feat, ref_xy, ref_cfw = self.ref
         _, ia, ib = np.intersect1d(ref_feat.track_ids, feat.track_ids, return_indices=True)
-        if len(ia) < max(self.opts.min_shared_tracks, 3):
+        if len(ia) < max(self.opts.min_shared_tracks, self.opts.init_min_inliers, 3):
             cfw = self.prev[-1]
             self._set_reference(feat, xy, cfw)
             self._record(cfw, TrackingState.STATIC, len(ia), False, float("nan"))
