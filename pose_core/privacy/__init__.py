@@ -1,0 +1,1 @@
+"""Privacy filters applied to exported media (face blurring)."""

@@ -1,0 +1,223 @@
+"""Face blurring for exported video: find faces with MediaPipe's face detector, pixelate them.
+
+Privacy default: every exported frame goes through `FaceBlurrer.blur`; `FaceBlurOptions.enabled`
+is the documented switch (off = frames pass unchanged). The detector is one of MediaPipe's BlazeFace
+models (from the mediapipe 0.10.21 wheel, cached by ``python -m conf.models``) run with the LiteRT
+interpreter: ``short_range`` (128 px input, faces within ~2 m) or ``full_range`` (192 px, to ~5 m).
+bench/faces.py measures both against OpenCV's Haar cascade (bench/results/faces.md): full-range
+with a 2x tile pass finds real heads of 1280x720 scenes from ~48 px (every one from 96 px) with the
+fewest false detections, at the price of some detections on hands. Small faces in a large frame are
+found by extra passes over overlapping square tiles (`FaceBlurOptions.tiles`).
+
+The blur is irreversible: each face box, grown by `margin`, is averaged down to `blur_cells` cells
+along its long side and smoothed back up, so at most `blur_cells`^2 colours of the face survive.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import cv2
+import numpy as np
+
+from pose_core.hands.estimator import check_frames
+from pose_core.hands.rois import PalmDecodeOptions, decode_palms, letterbox, ssd_anchors
+
+__all__ = ["DETECTORS", "DetectorSpec", "FaceBlurOptions", "FaceBlurrer"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DetectorSpec:
+    """One MediaPipe face detector: its cached model file and its SSD anchor layout."""
+
+    model: str  # file name in the model cache (a key of conf.models.MODELS)
+    input_size: int  # side of the square input, pixels
+    layers: tuple[tuple[int, int], ...]  # (stride, anchors per cell) per feature map
+
+
+DETECTORS: dict[str, DetectorSpec] = {
+    "short_range": DetectorSpec("face_detection_short_range.tflite", 128, ((8, 2), (16, 6))),
+    "full_range": DetectorSpec("face_detection_full_range_sparse.tflite", 192, ((4, 1),)),
+}
+
+
+@dataclass(frozen=True)
+class FaceBlurOptions:
+    """Face blurring of exported video frames."""
+
+    # Blur faces in every exported frame; False passes frames unchanged (only for data without bystanders).
+    enabled: bool = True
+    # MediaPipe face detector: "short_range" (faces within ~2 m) or "full_range" (to ~5 m, smaller faces).
+    detector: Literal["short_range", "full_range"] = "full_range"
+    # Detections with a lower score are not blurred; lower finds more faces and blurs more non-faces.
+    min_score: float = 0.5
+    # Detections overlapping more than this IoU are merged (weighted non-maximum suppression).
+    nms_iou: float = 0.3
+    # Detection passes: 1 = the whole frame; n > 1 = overlapping square tiles ~1/n of the long side
+    # (finds faces too small for the whole-frame pass, at the cost of one detector run per tile).
+    tiles: tuple[int, ...] = (1, 2)
+    # Each face box is grown by this fraction of its side on every side before blurring.
+    margin: float = 0.5
+    # Blur strength: the grown box is averaged down to this many cells along its long side.
+    blur_cells: int = 4
+    # LiteRT interpreter threads; 1 when Spark already runs one task per core.
+    num_threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.detector not in DETECTORS:
+            raise ValueError(f"faces.detector must be one of {sorted(DETECTORS)}, got {self.detector!r}")
+        if not self.tiles or min(self.tiles) < 1:
+            raise ValueError(f"faces.tiles must be a non-empty list of integers >= 1, got {self.tiles}")
+        if self.blur_cells < 1 or self.margin < 0:
+            raise ValueError(f"faces.blur_cells must be >= 1 and faces.margin >= 0, got {self}")
+
+
+def _axis_starts(length: int, side: int) -> list[int]:
+    """Start offsets of tiles of `side` covering `[0, length)` with at least 20 % overlap."""
+    if side >= length:
+        return [0]
+    count = math.ceil((length - side) / (0.8 * side)) + 1
+    return [round(v) for v in np.linspace(0, length - side, count)]
+
+
+def tile_boxes(height: int, width: int, levels: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
+    """Detection windows `(x0, y0, x1, y1)` in pixels: the frame, then square tiles per level.
+
+    Level n > 1 has square tiles of side ~1.25 * long side / n (never more than the short side).
+    """
+    windows = []
+    for level in sorted(set(levels)):
+        if level == 1:
+            windows.append((0, 0, width, height))
+            continue
+        side = min(height, width, round(1.25 * max(height, width) / level))
+        for y0 in _axis_starts(height, side):
+            windows.extend((x0, y0, x0 + side, y0 + side) for x0 in _axis_starts(width, side))
+    return windows
+
+
+def _merge(boxes: np.ndarray, scores: np.ndarray, min_cover: float = 0.5) -> np.ndarray:
+    """Indices of boxes `(M, 4)` kept after merging the same face seen in several windows.
+
+    A box is dropped when a better one covers at least `min_cover` of the smaller of the two (a face
+    cut by a tile edge overlaps its whole-face detection little by IoU but much by this measure).
+    """
+    keep: list[int] = []
+    area = np.prod(np.clip(boxes[:, 2:] - boxes[:, :2], 0.0, None), axis=1)
+    for i in np.argsort(-scores):
+        dup = False
+        for j in keep:
+            lo, hi = np.maximum(boxes[i, :2], boxes[j, :2]), np.minimum(boxes[i, 2:], boxes[j, 2:])
+            wh = np.clip(hi - lo, 0.0, None)
+            if wh.prod() >= min_cover * max(min(area[i], area[j]), 1e-9):
+                dup = True
+                break
+        if not dup:
+            keep.append(int(i))
+    return np.array(keep, np.int64)
+
+
+class FaceBlurrer:
+    """Finds faces in RGB frames and pixelates them; the model is loaded once per instance.
+
+    Args:
+        opts: blurring settings.
+        model_path: the detector's `.tflite` file; default: `opts.detector`'s file in the model
+            cache (`conf.models.model_path`, hash-checked; ``python -m conf.models`` puts it there).
+            Not loaded at all when `opts.enabled` is False.
+
+    Raises:
+        FileNotFoundError: the model is not in the cache (the message gives the fix).
+    """
+
+    def __init__(self, opts: FaceBlurOptions | None = None, model_path: Path | None = None) -> None:
+        self.opts = opts or FaceBlurOptions()
+        self._spec = DETECTORS[self.opts.detector]
+        self._decode = PalmDecodeOptions(
+            input_size=self._spec.input_size, min_score=self.opts.min_score, nms_iou=self.opts.nms_iou
+        )
+        self._anchors = ssd_anchors(self._spec.input_size, self._spec.layers)
+        self._interp = None
+        if self.opts.enabled:
+            from ai_edge_litert.interpreter import Interpreter  # noqa: PLC0415 -- heavy; only when enabled
+
+            if model_path is None:
+                from conf.models import model_path as cached  # noqa: PLC0415 -- the cache, not a download
+
+                model_path = cached(self._spec.model)
+            self._interp = Interpreter(model_path=str(model_path), num_threads=self.opts.num_threads)
+            self._interp.allocate_tensors()
+
+    def detect(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Faces in one RGB image `(H, W, 3)` uint8.
+
+        Returns:
+            Boxes `(M, 4)` (x0, y0, x1, y1, pixels, not grown by the margin) and scores `(M,)`,
+            one per face (detections of the same face in several windows merged).
+        """
+        if self._interp is None:
+            return np.zeros((0, 4)), np.zeros(0)
+        size = self._spec.input_size
+        inp, out = self._interp.get_input_details()[0], self._interp.get_output_details()
+        all_boxes, all_scores = [np.zeros((0, 4))], [np.zeros(0)]
+        for x0, y0, x1, y1 in tile_boxes(*image.shape[:2], self.opts.tiles):
+            square, scale, offset = letterbox(image[y0:y1, x0:x1], size)
+            self._interp.set_tensor(inp["index"], (square * 2.0 - 1.0)[None])  # the model takes [-1, 1]
+            self._interp.invoke()
+            raw_boxes = self._interp.get_tensor(out[0]["index"])[0]
+            raw_scores = self._interp.get_tensor(out[1]["index"])[0]
+            boxes, _, scores = decode_palms(raw_boxes, raw_scores, self._anchors, self._decode)
+            corners = (boxes.reshape(-1, 2, 2) * size - offset) / scale + np.array([x0, y0])
+            all_boxes.append(corners.reshape(-1, 4))
+            all_scores.append(scores)
+        boxes, scores = np.concatenate(all_boxes), np.concatenate(all_scores)
+        keep = _merge(boxes, scores)
+        return boxes[keep], scores[keep]
+
+    def blur(self, frames_rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Blur every face in a batch of frames.
+
+        Args:
+            frames_rgb: RGB frames `(N, H, W, 3)` uint8; not modified.
+
+        Returns:
+            The frames with faces pixelated `(N, H, W, 3)` uint8 (the input itself when disabled) and
+            the number of faces found per frame `(N,)` int64.
+
+        Raises:
+            ShapeError: `frames_rgb` is not `(N, H, W, 3)` uint8.
+        """
+        check_frames(frames_rgb)
+        counts = np.zeros(len(frames_rgb), np.int64)
+        if not self.opts.enabled or len(frames_rgb) == 0:
+            return frames_rgb, counts
+        out = frames_rgb.copy()
+        for i, frame in enumerate(out):
+            boxes, _ = self.detect(frame)
+            counts[i] = len(boxes)
+            for box in boxes:
+                self._pixelate(frame, box)
+        logger.debug("blurred %d faces in %d frames", int(counts.sum()), len(frames_rgb))
+        return out, counts
+
+    def _pixelate(self, frame: np.ndarray, box: np.ndarray) -> None:
+        """Pixelate the box `(4,)` grown by the margin, in place in `frame` `(H, W, 3)`."""
+        height, width = frame.shape[:2]
+        grow = self.opts.margin * (box[2:] - box[:2])
+        x0, y0 = np.floor(np.maximum(box[:2] - grow, 0)).astype(int)
+        x1, y1 = np.ceil(np.minimum(box[2:] + grow, [width, height])).astype(int)
+        if x1 <= x0 or y1 <= y0:
+            return
+        region = frame[y0:y1, x0:x1]
+        cells = self.opts.blur_cells / max(x1 - x0, y1 - y0)
+        small = cv2.resize(
+            region, (max(1, round((x1 - x0) * cells)), max(1, round((y1 - y0) * cells))),
+            interpolation=cv2.INTER_AREA,
+        )  # fmt: skip
+        region[:] = cv2.resize(small, (x1 - x0, y1 - y0), interpolation=cv2.INTER_LINEAR)
