@@ -1,0 +1,117 @@
+"""Quality flags on synthetic ground truth: a clean episode passes, each injected fault is flagged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pose_core.errors import ShapeError
+from pose_core.qa import FLAG_CODES, EpisodeSignals, QAThresholds, evaluate_episode
+from pose_core.synth import SynthOptions, generate_episode
+from pose_core.synth.scene import SceneOptions
+
+FRAMES = 90
+
+
+@pytest.fixture(scope="module")
+def episode():
+    coarse = SceneOptions(room_texel_m=0.02, table_texel_m=0.008)  # textures are not looked at here
+    return generate_episode(SynthOptions(num_frames=FRAMES, seed=3, scene=coarse))
+
+
+def _signals(ep, centre=None, tracked=None, segment=None, wrists=None, switch=None) -> EpisodeSignals:
+    """Ground truth as signals; map scale 0.4 (monocular), tracking noise 0.3 mm, hands noise 2 mm."""
+    rng = np.random.default_rng(0)
+    n = len(ep.ts_s)
+    if centre is None:
+        centre = 0.4 * ep.world_from_cam[:, :3, 3] + rng.normal(0.0, 3e-4, (n, 3))
+    if wrists is None:
+        wrists = {}
+        for h, name in enumerate(("wearer_left", "wearer_right")):
+            w = ep.hands_world[:, h, 0] + rng.normal(0.0, 0.002, (n, 3))
+            w[~ep.hand_visible[:, h]] = np.nan
+            wrists[name] = w
+    return EpisodeSignals(
+        ts_s=ep.ts_s,
+        camera_centre=centre,
+        tracked=np.ones(n, bool) if tracked is None else tracked,
+        segment_id=np.zeros(n, np.int64) if segment is None else segment,
+        wrists_m=wrists,
+        identity_switch=switch,
+    )
+
+
+def test_clean_synthetic_episode_passes(episode):
+    result = evaluate_episode(_signals(episode), QAThresholds())
+    assert result.passed, result.reasons
+    assert result.flags == () and result.reasons == ()
+    assert result.metrics["lost_fraction"] == 0.0
+    assert result.metrics["hand_coverage"] == pytest.approx(episode.hand_visible.any(axis=1).mean())
+    assert set(result.frame_flags) == set(FLAG_CODES)
+
+
+def test_tracking_loss_is_flagged_with_the_lost_frames(episode):
+    s = _signals(episode)
+    centre, tracked = s.camera_centre.copy(), np.ones(FRAMES, bool)
+    tracked[40:55] = False
+    centre[40:55] = np.nan
+    segment = (np.arange(FRAMES) >= 55).astype(np.int64)
+    result = evaluate_episode(_signals(episode, centre, tracked, segment), QAThresholds())
+    assert result.flags == ("tracking_lost",), result.reasons
+    assert np.flatnonzero(result.frame_flags["tracking_lost"]).tolist() == list(range(40, 55))
+    assert result.metrics["longest_lost_s"] == pytest.approx(15 / 30)
+    assert "17%" in result.reasons[0]
+
+
+@pytest.mark.parametrize("factor", [3.0, 1 / 3.0])
+def test_scale_jump_at_a_tracking_restart_is_flagged_at_that_frame(episode, factor):
+    centre = _signals(episode).camera_centre.copy()
+    centre[45:] = centre[44] + factor * (centre[45:] - centre[44])
+    segment = (np.arange(FRAMES) >= 45).astype(np.int64)
+    result = evaluate_episode(_signals(episode, centre, segment=segment), QAThresholds())
+    assert result.flags == ("scale_jump",), result.reasons
+    assert np.flatnonzero(result.frame_flags["scale_jump"]).tolist() == [45]
+    assert result.metrics["max_scale_ratio"] > QAThresholds().max_scale_ratio
+
+
+def test_a_restart_that_keeps_the_scale_passes(episode):
+    segment = (np.arange(FRAMES) >= 45).astype(np.int64)
+    result = evaluate_episode(_signals(episode, segment=segment), QAThresholds())
+    assert result.passed, result.reasons
+    assert result.metrics["max_scale_ratio"] < 1.5
+
+
+def test_camera_jitter_is_flagged(episode):
+    clean = _signals(episode).camera_centre
+    step = np.median(np.linalg.norm(np.diff(clean, axis=0), axis=1))
+    noisy = clean + np.random.default_rng(1).normal(0.0, 2.0 * step, clean.shape)
+    result = evaluate_episode(_signals(episode, noisy), QAThresholds())
+    assert "pose_jitter" in result.flags
+    assert result.metrics["pose_jitter"] > 1.2
+
+
+def test_hand_jitter_is_flagged(episode):
+    s = _signals(episode)
+    rng = np.random.default_rng(2)
+    shaky = {k: w + rng.normal(0.0, 0.02, w.shape) for k, w in s.wrists_m.items()}  # 2 cm per frame
+    result = evaluate_episode(_signals(episode, wrists=shaky), QAThresholds())
+    assert result.flags == ("hand_jitter",), result.reasons
+    assert result.metrics["hand_jitter_mps2"] > QAThresholds().max_hand_jitter_mps2
+
+
+def test_identity_switches_low_coverage_and_short_clip_are_flagged(episode):
+    switch = np.zeros(FRAMES, np.int64)
+    switch[[20, 60]] = 1
+    assert evaluate_episode(_signals(episode, switch=switch), QAThresholds()).flags == ("identity_switches",)
+    assert evaluate_episode(_signals(episode, switch=switch), QAThresholds(max_identity_switches=2)).passed
+    no_hands = evaluate_episode(_signals(episode, wrists={}), QAThresholds())
+    assert no_hands.flags == ("low_hand_coverage",) and no_hands.metrics["hand_coverage"] == 0.0
+    short = evaluate_episode(_signals(episode), QAThresholds(min_duration_s=4.0))
+    assert short.flags == ("too_short",) and short.metrics["duration_s"] == pytest.approx(3.0)
+
+
+def test_signals_of_the_wrong_shape_are_refused(episode):
+    with pytest.raises(ShapeError, match="camera_centre"):
+        EpisodeSignals(episode.ts_s, np.zeros((3, 3)), np.ones(FRAMES, bool), np.zeros(FRAMES, np.int64))
+    with pytest.raises(ValueError, match="max_scale_ratio"):
+        QAThresholds(max_scale_ratio=1.0)

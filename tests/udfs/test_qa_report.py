@@ -1,0 +1,130 @@
+"""The qa unit on a synthetic episode's tables: injected faults flagged with their reasons, the page
+opened in headless Chromium (no console errors, every view drawn, the cursor moves all three)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from schemas.tables import QA
+from tests.udfs.qa_browser import VIEWS, changed_pixels, check_pages
+from tests.udfs.qa_tables import (
+    EPISODE,
+    inject_identity_switch,
+    inject_scale_jump,
+    inject_tracking_loss,
+    synth_tables,
+)
+from udfs.multi_output import stack_tables
+from udfs.qa_report import QA_INPUTS, QAOptions, index_page, qa_unit
+from udfs.qa_report.episode import episode_signals, episode_view
+
+FRAMES = 60
+
+
+def _verdict(tables):
+    from pose_core.qa import QAThresholds, evaluate_episode
+
+    view = episode_view(tables["frames"], tables["camera_poses"], tables["hands_world"])
+    return evaluate_episode(episode_signals(view), QAThresholds())
+
+
+@pytest.fixture(scope="module")
+def clean():
+    return synth_tables(None, FRAMES)
+
+
+def _copy(tables):
+    return {k: v.copy(deep=True) for k, v in tables.items()}
+
+
+def test_clean_episode_passes(clean):
+    tables, ep = clean
+    result = _verdict(tables)
+    assert result.passed, result.reasons
+    assert result.metrics["hand_coverage"] == pytest.approx(ep.hand_visible.any(axis=1).mean())
+
+
+@pytest.mark.parametrize(
+    ("inject", "flag", "frames"),
+    [
+        (lambda t: inject_tracking_loss(t, 20, 30), "tracking_lost", list(range(20, 30))),
+        (lambda t: inject_scale_jump(t, 30, 3.0), "scale_jump", [30]),
+        (lambda t: inject_identity_switch(t, 30), "identity_switches", None),
+    ],
+    ids=["tracking_loss", "scale_jump", "identity_switch"],
+)
+def test_injected_fault_is_flagged_with_its_reason(clean, inject, flag, frames):
+    tables = _copy(clean[0])
+    inject(tables)
+    result = _verdict(tables)
+    assert result.flags == (flag,), result.reasons
+    assert len(result.reasons) == 1 and "limit" in result.reasons[0]
+    if frames is not None:
+        assert np.flatnonzero(result.frame_flags[flag]).tolist() == frames
+
+
+def test_thresholds_come_from_the_config(clean):
+    from jobs.config import load_config
+    from pose_core.qa import evaluate_episode
+
+    tables = _copy(clean[0])
+    inject_identity_switch(tables, 30)
+    cfg = load_config([], ["qa.thresholds.max_identity_switches=1", "qa.thresholds.min_duration_s=3"])
+    view = episode_view(tables["frames"], tables["camera_poses"], tables["hands_world"])
+    result = evaluate_episode(episode_signals(view), cfg.qa.thresholds)
+    assert result.flags == ("too_short",), result.reasons  # one switch allowed; 2 s < 3 s
+
+
+def test_all_three_faults_at_once_give_three_reasons(clean):
+    tables = _copy(clean[0])
+    inject_tracking_loss(tables, 10, 20)
+    inject_scale_jump(tables, 40, 3.0)
+    inject_identity_switch(tables, 30)
+    assert _verdict(tables).flags == ("tracking_lost", "scale_jump", "identity_switches")
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """A faulty episode (scale jump) with its video, through `qa_unit`, plus the batch index."""
+    folder = str(tmp_path_factory.mktemp("qa_video"))
+    tables, _ = synth_tables(folder, 45)
+    inject_scale_jump(tables, 25, 3.0)
+    out = str(tmp_path_factory.mktemp("qa_pages"))
+    row = qa_unit(stack_tables([(s, tables[s.name]) for s in QA_INPUTS]), QAOptions(), out)
+    episodes = row.assign(source_path=tables["videos"]["source_path"].iat[0], unchecked=None)
+    quarantine = tables["videos"].iloc[:0].reindex(columns=["source_path", "reason_code", "message"])
+    with open(os.path.join(out, "index.html"), "w", encoding="utf-8") as fh:
+        fh.write(index_page(episodes, quarantine))
+    return out, row
+
+
+def test_qa_unit_writes_the_row_and_the_evidence_files(written):
+    out, row = written
+    assert row.columns.tolist() == list(QA.columns) and len(row) == 1
+    r = row.iloc[0]
+    # 1.5 s is shorter than the default 2 s, so too_short fails too
+    assert r["episode_id"] == EPISODE and not r["passed"] and r["flags"] == ["too_short", "scale_jump"]
+    assert len(r["reasons"]) == 2
+    assert r["frames"] == 45 and r["posed_fraction"] == 1.0
+    folder = os.path.join(out, EPISODE)
+    assert r["report_path"] == os.path.join(folder, "index.html")
+    from udfs.media.decode import decode_frames
+
+    overlay = decode_frames(os.path.join(folder, "overlay.mp4"))
+    assert overlay.frames.shape[0] == 45
+    size_mb = os.path.getsize(r["report_path"]) / 2**20
+    assert size_mb < 12, size_mb  # plotly.js (~4.6 MB) + 45 JPEG frames
+
+
+@pytest.mark.slow
+def test_page_opens_in_chromium_and_the_cursor_moves_every_view(written):
+    out, _ = written
+    check = check_pages(os.path.join(out, EPISODE, "index.html"), os.path.join(out, "index.html"), 20)
+    assert check.errors == []
+    for view in VIEWS:
+        assert check.before[view].std() > 5, view  # not blank
+        assert changed_pixels(check.before[view], check.after[view]) > 20, view
+    assert check.index_rows == 1

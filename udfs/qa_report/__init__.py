@@ -1,0 +1,7 @@
+"""QA evidence: per-episode pages (camera, world and timeline views), the batch index, `qa` rows."""
+
+from udfs.qa_report.index import index_page
+from udfs.qa_report.options import QAOptions
+from udfs.qa_report.unit import PAGE_NAME, QA_INPUTS, qa_unit
+
+__all__ = ["PAGE_NAME", "QA_INPUTS", "QAOptions", "index_page", "qa_unit"]

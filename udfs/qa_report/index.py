@@ -1,0 +1,85 @@
+"""The batch index page OUTPUT/qa/index.html: every episode's QA status and every quarantined input.
+
+Written by the driver after the qa stage from small tables (one row per episode / input); links to
+each episode's page and shows its thumbnail (files next to the index, so the folder opens offline).
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+
+import pandas as pd
+
+__all__ = ["index_page"]
+
+logger = logging.getLogger(__name__)
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:12px;color:#222}h1{font-size:20px}h2{font-size:16px}
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;vertical-align:top}
+.pass{color:#fff;background:#2a7}.fail{color:#fff;background:#c22}.none{background:#eee}
+img{height:72px;display:block}
+"""
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return html.escape("" if value is None else str(value))
+
+
+def index_page(episodes: pd.DataFrame, quarantine: pd.DataFrame) -> str:
+    """The index's HTML text.
+
+    Args:
+        episodes: one row per episode: episode_id, source_path, and the `qa` columns (passed,
+            flags, reasons, frames, duration_s, posed_fraction, hand_coverage, identity_switches,
+            scale_source; null where the episode has no `qa` row) plus `unchecked` (why not:
+            the stage that failed and its error, else null).
+        quarantine: `quarantine` rows (source_path, reason_code, message).
+    """
+    rows = []
+    for r in episodes.sort_values(["passed", "episode_id"], na_position="first").itertuples():
+        ep = html.escape(str(r.episode_id))
+        if pd.isna(r.passed):
+            status = '<td class="none">not checked</td>'
+            detail = _cell(r.unchecked)
+            link = ep
+        else:
+            verdict = "pass" if r.passed else "fail"
+            status = f'<td class="{verdict}">{verdict.upper()}</td>'
+            detail = "<br>".join(html.escape(x) for x in (list(r.reasons) if r.reasons is not None else []))
+            page = f"{ep}/index.html"
+            link = f'<a href="{page}"><img src="{ep}/thumb.jpg" alt=""></a><a href="{page}">{ep}</a>'
+        figures = "".join(
+            f"<td>{_cell(getattr(r, c))}</td>"
+            for c in (
+                "frames",
+                "duration_s",
+                "posed_fraction",
+                "hand_coverage",
+                "identity_switches",
+                "scale_source",
+            )
+        )
+        rows.append(
+            f"<tr><td>{link}</td>{status}<td>{detail}</td>{figures}<td>{_cell(r.source_path)}</td></tr>"
+        )
+    quarantined = "".join(
+        f"<tr><td>{_cell(q.source_path)}</td><td>{_cell(q.reason_code)}</td><td>{_cell(q.message)}</td></tr>"
+        for q in quarantine.sort_values("source_path").itertuples()
+    )
+    n_pass = int(episodes["passed"].fillna(False).astype(bool).sum())
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>egolake QA</title>"
+        f"<style>{_STYLE}</style></head><body>"
+        f"<h1>egolake QA: {n_pass} of {len(episodes)} episodes pass, "
+        f"{len(quarantine)} inputs quarantined</h1>"
+        "<h2>episodes</h2><table id=episodes><tr><th>episode</th><th>QA</th><th>reasons</th><th>frames</th>"
+        "<th>duration s</th><th>posed</th><th>hand coverage</th><th>identity switches</th><th>scale</th>"
+        f"<th>source</th></tr>{''.join(rows)}</table>"
+        "<h2>quarantined inputs</h2>"
+        "<table id=quarantine><tr><th>input</th><th>reason</th><th>message</th></tr>"
+        f"{quarantined}</table></body></html>"
+    )
