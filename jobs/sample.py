@@ -42,7 +42,9 @@ Conventions: world frame in metres, z up, gravity (0, 0, -9.81) m/s^2 (the room 
 Camera frame is OpenCV (x right, y down, z forward). `world_from_cam` maps camera coordinates to
 world coordinates. Times in seconds from the first frame (frame i at i / fps). Hands: index 0 is
 the wearer's LEFT hand, 1 the RIGHT; 21 keypoints in MediaPipe order (0 wrist, 1-4 thumb CMC..TIP,
-5-8 index MCP..TIP, 9-12 middle, 13-16 ring, 17-20 pinky).
+5-8 index MCP..TIP, 9-12 middle, 13-16 ring, 17-20 pinky). The video draws each hand around its
+keypoints (joint centres inside a solid palm and tapered fingers) with a sleeved arm from the wrist
+towards the bottom of the view; the arm has no keypoints.
 
 Files (F frames, M IMU samples):
 

@@ -121,6 +121,7 @@ class SynthEpisode:
         ts_s: frame times, seconds, `(F,)` (frame_idx / fps; constant rate).
         world_from_cam: left camera poses, `(F, 4, 4)`.
         hands_world: keypoints, metres, world frame, `(F, 2, 21, 3)`.
+        elbows_world: where the drawn forearms end, metres, world frame, `(F, 2, 3)`.
         hands_px: keypoints projected into the left image, pixels, `(F, 2, 21, 2)`; NaN behind the camera.
         hand_visible: frustum visibility per hand (see `SynthOptions.min_visible_fraction`), `(F, 2)` bool.
         hand_curl: finger curl per hand, 0 straight to 1 fist (grasping above ~0.4), `(F, 2)`.
@@ -133,6 +134,7 @@ class SynthEpisode:
     ts_s: FloatArray
     world_from_cam: FloatArray
     hands_world: FloatArray
+    elbows_world: FloatArray
     hands_px: FloatArray
     hand_visible: NDArray[np.bool_]
     hand_curl: FloatArray
@@ -165,11 +167,11 @@ class SynthEpisode:
         stop = self.num_frames if stop is None else min(stop, self.num_frames)
         world_from_right = self.world_from_right if self.options.stereo else None
         for i in range(start, stop):
-            left = self.renderer.render(self.world_from_cam[i], self.hands_world[i])
+            left = self.renderer.render(self.world_from_cam[i], self.hands_world[i], self.elbows_world[i])
             right = (
                 None
                 if world_from_right is None
-                else self.renderer.render(world_from_right[i], self.hands_world[i])
+                else self.renderer.render(world_from_right[i], self.hands_world[i], self.elbows_world[i])
             )
             yield SynthFrame(
                 frame_idx=i,
@@ -224,6 +226,7 @@ def generate_episode(opts: SynthOptions) -> SynthEpisode:
         ts_s=ts,
         world_from_cam=world_from_cam,
         hands_world=hands_world,
+        elbows_world=hands.elbows_world(ts),
         hands_px=hands_px,
         hand_visible=inside.mean(axis=2) >= opts.min_visible_fraction,
         hand_curl=hands.grip_curl(ts),

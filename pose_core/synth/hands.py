@@ -58,16 +58,16 @@ class HandOptions:
     # Longest shoulder-to-wrist distance, metres; the wrist saturates smoothly from 85 % of it.
     arm_reach_m: float = 0.68
     # Rest wrist position from the shoulder in the torso frame (inwards, forward, up), metres.
-    rest_from_shoulder_m: tuple[float, float, float] = (0.06, 0.22, -0.36)
+    rest_from_shoulder_m: tuple[float, float, float] = (0.06, 0.30, -0.15)
     # Wrist height above the table top while grasping, metres.
     grasp_height_m: float = 0.085
     # Extra height of the approach point above the grasp point and of the carry arc, metres.
     approach_height_m: float = 0.06
     # Grasp target, relative to the shoulder: outward offset range and forward range (world y), metres.
-    target_outward_m: tuple[float, float] = (-0.2, 0.15)
+    target_outward_m: tuple[float, float] = (-0.15, 0.05)
     target_y_m: tuple[float, float] = (0.08, 0.26)
     # Carry displacement between grasp and release along x and y, metres (uniform ranges).
-    carry_dx_m: tuple[float, float] = (-0.2, 0.2)
+    carry_dx_m: tuple[float, float] = (-0.12, 0.12)
     carry_dy_m: tuple[float, float] = (-0.08, 0.08)
     # Keep-out margin around the boxes on the table and inside the table edge, metres.
     target_margin_m: float = 0.06
@@ -88,11 +88,17 @@ class HandOptions:
     # Joint flexion at curl = 1 for MCP, PIP, DIP, radians.
     flexion_max_rad: tuple[float, float, float] = (1.4, 1.75, 1.2)
     # Fingers' pitch below horizontal at rest and when engaged, radians.
-    pitch_rest_rad: float = 0.9
-    pitch_engaged_rad: float = 0.35
+    pitch_rest_rad: float = 0.2
+    pitch_engaged_rad: float = 0.15
     # Roll of the palm about `fwd`, thumb up positive, at rest and when engaged, radians.
-    roll_rest_rad: float = 1.0
-    roll_engaged_rad: float = 0.2
+    roll_rest_rad: float = 0.3
+    roll_engaged_rad: float = 0.15
+    # Heading of the hand turned inwards from the shoulder-to-wrist direction, radians.
+    yaw_inward_rad: float = 0.4
+    # Arm drawn from the wrist back towards the body (forearm and upper arm in one): length, metres,
+    # and rise above horizontal, radians.
+    forearm_length_m: float = 0.45
+    forearm_elevation_rad: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,35 @@ class HandMotion:
             Keypoints, metres, world frame, `(N, 2, 21, 3)`; hand 0 wearer-left, 1 wearer-right.
         """
         ts = np.asarray(ts_s, np.float64)
+        wrists, frames = self._wrists_and_frames(ts)
+        out = np.empty((len(ts), 2, 21, 3))
+        for hand in (0, 1):
+            local = _hand_local(self.curl[hand].evaluate(ts)[0], self.options)
+            out[:, hand] = wrists[:, hand, None, :] + np.einsum("nkc,ncj->nkj", local, frames[:, hand])
+        return out
+
+    def elbows_world(self, ts_s: FloatArray) -> FloatArray:
+        """Where each drawn arm ends: `forearm_length_m` from the wrist, back towards the body.
+
+        The arm runs from the wrist towards its shoulder as seen from above, raised by
+        `forearm_elevation_rad`, so it enters the egocentric view from below.
+
+        Args:
+            ts_s: times, seconds, `(N,)`.
+
+        Returns:
+            Elbow positions, metres, world frame, `(N, 2, 3)`; hand 0 wearer-left, 1 wearer-right.
+        """
+        ts = np.asarray(ts_s, np.float64)
+        wrists, _ = self._wrists_and_frames(ts)
+        back = self.trajectory.shoulders_world(ts)[..., :2] - wrists[..., :2]
+        back /= np.maximum(np.linalg.norm(back, axis=-1, keepdims=True), 1e-12)
+        up = self.options.forearm_elevation_rad
+        direction = np.concatenate([np.cos(up) * back, np.full(back.shape[:-1] + (1,), np.sin(up))], axis=-1)
+        return wrists + self.options.forearm_length_m * direction
+
+    def _wrists_and_frames(self, ts: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """Wrist positions `(N, 2, 3)` and palm frames (rows fwd, thumb, back) `(N, 2, 3, 3)`, world."""
         opts = self.options
         shoulders = self.trajectory.shoulders_world(ts)
         torso_yaw = self.trajectory.torso_yaw.evaluate(ts)[0]
@@ -136,7 +171,8 @@ class HandMotion:
         right_dir = np.stack([c, s, np.zeros_like(c)], axis=1)
         fwd_dir = np.stack([-s, c, np.zeros_like(c)], axis=1)
         head_x = self.trajectory.position[0].evaluate(ts)[0]
-        out = np.empty((len(ts), 2, 21, 3))
+        wrists = np.empty((len(ts), 2, 3))
+        frames = np.empty((len(ts), 2, 3, 3))
         for hand, side in ((0, -1.0), (1, 1.0)):
             inward, forward, up = opts.rest_from_shoulder_m
             rest = shoulders[:, hand] + (-side * inward) * right_dir + forward * fwd_dir
@@ -144,13 +180,13 @@ class HandMotion:
             w = np.clip(self.engagement[hand].evaluate(ts)[0], 0.0, 1.0)[:, None]
             task = np.stack([sig.evaluate(ts)[0] for sig in self.task[hand]], axis=1)
             task[:, 0] += head_x
-            wrist = _limit_reach(shoulders[:, hand], (1.0 - w) * rest + w * task, opts.arm_reach_m)
+            wrists[:, hand] = _limit_reach(shoulders[:, hand], (1.0 - w) * rest + w * task, opts.arm_reach_m)
             pitch = (1.0 - w[:, 0]) * opts.pitch_rest_rad + w[:, 0] * opts.pitch_engaged_rad
             roll = (1.0 - w[:, 0]) * opts.roll_rest_rad + w[:, 0] * opts.roll_engaged_rad
-            frame = _palm_frame(wrist - shoulders[:, hand], pitch, roll, side)
-            local = _hand_local(self.curl[hand].evaluate(ts)[0], opts)
-            out[:, hand] = wrist[:, None, :] + np.einsum("nkc,ncj->nkj", local, frame)
-        return out
+            frames[:, hand] = _palm_frame(
+                wrists[:, hand] - shoulders[:, hand], pitch, roll, side, opts.yaw_inward_rad
+            )
+        return wrists, frames
 
 
 def make_hand_motion(
@@ -303,13 +339,16 @@ def _limit_reach(shoulder: FloatArray, wrist: FloatArray, reach_m: float) -> Flo
     return shoulder + d * (r_limited / np.maximum(r, 1e-12))
 
 
-def _palm_frame(reach: FloatArray, pitch: FloatArray, roll: FloatArray, side: float) -> FloatArray:
+def _palm_frame(
+    reach: FloatArray, pitch: FloatArray, roll: FloatArray, side: float, yaw_in: float
+) -> FloatArray:
     """Palm axes (fwd, thumb, back) as rows, world frame, `(N, 3, 3)`.
 
-    `fwd` points along the horizontal part of `reach` (shoulder to wrist), pitched down by `pitch`;
+    `fwd` points along the horizontal part of `reach` (shoulder to wrist) turned inwards by `yaw_in`
+    (towards the other hand; `side` is -1 for the left hand, +1 for the right), pitched down by `pitch`;
     `back` starts vertical and the palm is rolled about `fwd` by `roll` (thumb up for positive roll).
     """
-    heading = np.arctan2(reach[:, 1], reach[:, 0])
+    heading = np.arctan2(reach[:, 1], reach[:, 0]) + side * yaw_in
     horiz = np.stack([np.cos(heading), np.sin(heading), np.zeros_like(heading)], axis=1)
     up = np.array([0.0, 0.0, 1.0])
     fwd = np.cos(pitch)[:, None] * horiz - np.sin(pitch)[:, None] * up

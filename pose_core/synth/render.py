@@ -16,15 +16,16 @@ import logging
 import math
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
 from numpy.typing import NDArray
 
 from pose_core.errors import ShapeError
 from pose_core.synth.atlas import build_atlas
-from pose_core.synth.hands import FINGER_BONES
 from pose_core.synth.scene import Scene, TexturedRect
 
 __all__ = [
+    "ARM_SURFACE_IDS",
     "HAND_SURFACE_IDS",
     "NO_SURFACE",
     "RenderOptions",
@@ -40,9 +41,8 @@ FloatArray = NDArray[np.float64]
 # `surface_id` of a pixel that sees nothing, and of pixels that see the wearer-left / right hand.
 NO_SURFACE = -1
 HAND_SURFACE_IDS = (-2, -3)
-
-# Palm capsules (keypoint pairs) added to the finger bones: wrist to each MCP and across the knuckles.
-_PALM_BONES = ((0, 5), (0, 9), (0, 13), (0, 17), (5, 9), (9, 13), (13, 17), (1, 5))
+# `surface_id` of pixels that see the wearer-left / right forearm (bare wrist and sleeve).
+ARM_SURFACE_IDS = (-4, -5)
 
 
 @dataclass(frozen=True)
@@ -54,12 +54,25 @@ class RenderOptions:
     diffuse: float = 0.75
     # Distance at which the point light falls to half its strength, metres.
     light_half_distance_m: float = 3.0
-    # Skin colour, RGB in [0, 1].
+    # Skin and sleeve colours, RGB in [0, 1].
     skin_rgb: tuple[float, float, float] = (0.87, 0.66, 0.54)
-    # Capsule radii, metres: finger bones, thumb bones, palm.
-    finger_radius_m: float = 0.0085
-    thumb_radius_m: float = 0.0105
-    palm_radius_m: float = 0.017
+    sleeve_rgb: tuple[float, float, float] = (0.22, 0.28, 0.42)
+    # Finger radius at the knuckle (MCP) and at the tip, metres; it tapers linearly joint by joint.
+    # The pinky is `pinky_scale` times thinner.
+    finger_radii_m: tuple[float, float] = (0.0098, 0.0072)
+    pinky_scale: float = 0.88
+    # Thumb radius at its base (CMC) and at the tip, metres.
+    thumb_radii_m: tuple[float, float] = (0.0125, 0.0085)
+    # The palm is a slab with rounded rims: half its thickness, metres (also the rim radius), and the
+    # half-width of its flat part at the wrist, metres (the knuckle end spans index to pinky MCP).
+    palm_half_thickness_m: float = 0.0125
+    wrist_half_width_m: float = 0.016
+    # Forearm radius at the wrist and at the elbow, metres; bare skin for `cuff_m` from the wrist,
+    # then sleeve.
+    forearm_radii_m: tuple[float, float] = (0.024, 0.036)
+    cuff_m: float = 0.07
+    # Darkening at silhouette edges of hands and arms (0 none, 1 black at a grazing view).
+    outline_darkening: float = 0.55
     # Near clipping distance, metres; hand capsules with an end nearer than this + radius are skipped.
     near_m: float = 0.05
     # Added to the mip level (positive: blurrier, less aliasing).
@@ -138,17 +151,21 @@ class Renderer:
             np.ascontiguousarray(np.broadcast_to(c, (height, width)) / self._ray_norm)
             for c in (self._x, self._y, np.float32(1.0))
         )
-        radii = [opts.thumb_radius_m if child <= 4 else opts.finger_radius_m for _, child in FINGER_BONES]
-        self._bones = tuple(FINGER_BONES) + _PALM_BONES
         self._atlas = build_atlas(scene.rects, opts.min_mip_side_px, opts.atlas_width_px)
-        self._radii = tuple(radii) + (opts.palm_radius_m,) * len(_PALM_BONES)
 
-    def render(self, world_from_cam: FloatArray, hands_world: FloatArray | None = None) -> RenderedFrame:
+    def render(
+        self,
+        world_from_cam: FloatArray,
+        hands_world: FloatArray | None = None,
+        elbows_world: FloatArray | None = None,
+    ) -> RenderedFrame:
         """Render one view.
 
         Args:
             world_from_cam: camera pose, `(4, 4)`.
             hands_world: keypoints of the hands to draw, metres, world frame, `(n_hands, 21, 3)`, or None.
+            elbows_world: where each hand's forearm ends, metres, world frame, `(n_hands, 3)`, or None
+                for hands without forearms.
 
         Returns:
             Colour, depth and surface index per pixel.
@@ -172,9 +189,13 @@ class Renderer:
             hands = np.asarray(hands_world, np.float64)
             if hands.ndim != 3 or hands.shape[1:] != (21, 3):
                 raise ShapeError("hands_world", hands.shape, "(n_hands, 21, 3)")
+            if elbows_world is not None and np.shape(elbows_world) != (len(hands), 3):
+                raise ShapeError("elbows_world", np.shape(elbows_world), f"({len(hands)}, 3)")
             hands_in_cam = (hands - centre) @ rot_t.T
+            elbows_in_cam = None if elbows_world is None else (np.asarray(elbows_world) - centre) @ rot_t.T
             for hand, kp in enumerate(hands_in_cam):
-                self._draw_hand(kp, HAND_SURFACE_IDS[min(hand, 1)], depth, sid, light_in_cam, rgb)
+                elbow = None if elbows_in_cam is None else elbows_in_cam[hand]
+                self._draw_hand(hand, kp, elbow, depth, sid, light_in_cam, rgb)
         return RenderedFrame(np.clip(rgb, 0.0, 255.0).astype(np.uint8), depth, sid)
 
     def _cast_rect(  # noqa: PLR0913, PLR0917 - private: the per-frame buffers it fills
@@ -282,68 +303,204 @@ class Renderer:
 
     def _draw_hand(  # noqa: PLR0913, PLR0917 - private: the per-frame buffers it fills
         self,
+        hand: int,
         kp_in_cam: FloatArray,
-        surface: int,
+        elbow_in_cam: FloatArray | None,
         depth: NDArray[np.float32],
         sid: NDArray[np.int16],
         light_in_cam: NDArray[np.float32],
         rgb: NDArray[np.float32],
     ) -> None:
-        """Draw one hand's capsules (keypoints `(21, 3)` in the camera frame) where nearer than `depth`."""
-        skin = np.asarray(self.opts.skin_rgb, np.float32) * 255.0
-        fx, fy, cx, cy = (float(v) for v in (self.k[0, 0], self.k[1, 1], self.k[0, 2], self.k[1, 2]))
-        for (i, j), radius in zip(self._bones, self._radii, strict=True):
-            pa, pb = kp_in_cam[i], kp_in_cam[j]
-            z_min = min(pa[2], pb[2])
-            if z_min <= self.opts.near_m + radius:
+        """Draw one hand (keypoints `(21, 3)`, camera frame) and its forearm where nearer than `depth`."""
+        opts = self.opts
+        colours = (
+            np.asarray(opts.skin_rgb, np.float32) * 255.0,
+            np.asarray(opts.sleeve_rgb, np.float32) * 255.0,
+        )
+        surfaces = (HAND_SURFACE_IDS[min(hand, 1)], ARM_SURFACE_IDS[min(hand, 1)])
+        for part in _hand_parts(kp_in_cam, elbow_in_cam, opts):
+            box = self._pixel_box(part.points, part.radius)
+            if box is None:
                 continue
-            us = (fx * pa[0] / pa[2] + cx, fx * pb[0] / pb[2] + cx)
-            vs = (fy * pa[1] / pa[2] + cy, fy * pb[1] / pb[2] + cy)
-            pad = radius * self._focal / (z_min - radius) + 2.0
-            c0, c1 = max(0, math.floor(min(us) - pad)), min(self.width, math.ceil(max(us) + pad) + 1)
-            r0, r1 = max(0, math.floor(min(vs) - pad)), min(self.height, math.ceil(max(vs) + pad) + 1)
-            if r1 <= r0 or c1 <= c0:
-                continue
-            rows, cols, ray_t, normal = _ray_capsule(
-                *(comp[r0:r1, c0:c1] for comp in self._rays), pa, pb, radius
-            )
+            r0, r1, c0, c1 = box
+            rays = tuple(comp[r0:r1, c0:c1] for comp in self._rays)
+            if part.slab is None:
+                rows, cols, ray_t, normal = _ray_round_cone(*rays, *part.points, *part.radii)
+            else:
+                rows, cols, ray_t, normal = _ray_slab(*rays, part.points, part.slab, part.radius)
             rows += r0
             cols += c0
-            z = (ray_t * self._rays[2][rows, cols]).astype(np.float32)
+            d = np.stack([comp[rows, cols] for comp in self._rays], axis=1).astype(np.float64)
+            z = (ray_t * d[:, 2]).astype(np.float32)
             nearer = z < depth[rows, cols]
-            rows, cols, z, ray_t, normal = (
-                rows[nearer],
-                cols[nearer],
-                z[nearer],
-                ray_t[nearer],
-                normal[nearer],
-            )
+            rows, cols, z, d, normal = rows[nearer], cols[nearer], z[nearer], d[nearer], normal[nearer]
             depth[rows, cols] = z
-            sid[rows, cols] = surface
-            p = np.stack([comp[rows, cols] for comp in self._rays], axis=1) * ray_t[:, None]
-            to_light = light_in_cam[None, :] - p
+            sid[rows, cols] = surfaces[part.arm]
+            to_light = light_in_cam[None, :] - d * ray_t[nearer, None]
             dist = np.linalg.norm(to_light, axis=1)
             lambert = np.maximum(np.sum(to_light * normal, axis=1) / dist, 0.0)
-            rgb[rows, cols] = skin[None, :] * self._light(lambert, dist)[:, None]
+            facing = np.clip(-np.sum(normal * d, axis=1), 0.0, 1.0)
+            outline = 1.0 - opts.outline_darkening * (1.0 - facing) ** 2
+            colour = colours[part.sleeve]
+            rgb[rows, cols] = colour[None, :] * (self._light(lambert, dist) * outline)[:, None]
+
+    def _pixel_box(self, points: FloatArray, radius: float) -> tuple[int, int, int, int] | None:
+        """Pixel box `(r0, r1, c0, c1)` of balls of `radius` around camera-frame `points` `(k, 3)`.
+
+        None when the box is empty or a ball reaches the near plane.
+        """
+        z_min = float(points[:, 2].min())
+        if z_min <= self.opts.near_m + radius:
+            return None
+        u = self.k[0, 0] * points[:, 0] / points[:, 2] + self.k[0, 2]
+        v = self.k[1, 1] * points[:, 1] / points[:, 2] + self.k[1, 2]
+        pad = radius * self._focal / (z_min - radius) + 2.0
+        c0, c1 = max(0, math.floor(u.min() - pad)), min(self.width, math.ceil(u.max() + pad) + 1)
+        r0, r1 = max(0, math.floor(v.min() - pad)), min(self.height, math.ceil(v.max() + pad) + 1)
+        return (r0, r1, c0, c1) if r1 > r0 and c1 > c0 else None
 
 
-def _ray_capsule(  # noqa: PLR0913, PLR0917 - ray components and capsule, all arrays
+@dataclass(frozen=True)
+class _Part:
+    """One solid of a hand or arm, camera frame.
+
+    Attributes:
+        points: a round cone's axis ends `(2, 3)`, or a slab's convex polygon `(k, 3)`.
+        radii: the round cone's radii at its two ends, metres (for a slab, its half-thickness twice).
+        slab: the slab's unit normal `(3,)`; None for a round cone.
+        sleeve: drawn in the sleeve colour (else skin).
+        arm: part of the forearm (its own surface id), else of the hand.
+    """
+
+    points: FloatArray
+    radii: tuple[float, float]
+    slab: FloatArray | None = None
+    sleeve: bool = False
+    arm: bool = False
+
+    @property
+    def radius(self) -> float:
+        """Largest radius (the pixel box pad)."""
+        return max(self.radii)
+
+
+def _hand_parts(kp: FloatArray, elbow: FloatArray | None, opts: RenderOptions) -> list[_Part]:
+    """The solids of one hand: palm slab and rims, tapered fingers and thumb, forearm and sleeve.
+
+    Args:
+        kp: keypoints, camera frame, `(21, 3)`.
+        elbow: where the forearm ends, camera frame, `(3,)`, or None for no forearm.
+        opts: sizes.
+
+    Returns:
+        Round cones centred on the bones (joint balls centred on the keypoints, except the fingertip
+        balls, pulled back by half their radius so the finger ends just past the tip keypoint) and
+        the palm: a slab through the wrist and the four MCPs, rounded by rims of its half-thickness.
+    """
+    half = opts.palm_half_thickness_m
+    normal = np.cross(kp[5] - kp[0], kp[17] - kp[0])
+    normal /= np.linalg.norm(normal)
+    across = kp[5] - kp[17]
+    across -= (across @ normal) * normal
+    across /= np.linalg.norm(across)
+    along = np.cross(normal, across)
+    # Palm outline: the wrist's two sides, the MCPs and the thumb's CMC and MCP (the web of the thumb),
+    # flattened onto the plane through the wrist; its convex hull is the slab's polygon.
+    outline = np.concatenate(
+        [kp[0] + np.outer([-1.0, 1.0], opts.wrist_half_width_m * across), kp[[17, 13, 9, 5, 2, 1]]]
+    )
+    flat = np.stack([(outline - kp[0]) @ across, (outline - kp[0]) @ along], axis=1)
+    hull = cv2.convexHull(flat.astype(np.float32), returnPoints=False)[:, 0]
+    palm = kp[0] + flat[hull, :1] * across + flat[hull, 1:] * along
+    parts = [_Part(palm, (half, half), slab=normal)]
+    parts += [
+        _Part(np.stack([a, b]), (half, half)) for a, b in zip(palm, np.roll(palm, -1, axis=0), strict=True)
+    ]
+    for base in (1, 5, 9, 13, 17):
+        r_base, r_tip = opts.thumb_radii_m if base == 1 else opts.finger_radii_m
+        scale = opts.pinky_scale if base == 17 else 1.0
+        radii = scale * np.linspace(r_base, r_tip, 4)
+        chain = kp[base : base + 4].copy()
+        tip_dir = chain[3] - chain[2]
+        chain[3] -= 0.5 * radii[3] * tip_dir / np.linalg.norm(tip_dir)
+        parts += [_Part(chain[j : j + 2], (float(radii[j]), float(radii[j + 1]))) for j in range(3)]
+    if elbow is not None:
+        r_wrist, r_elbow = opts.forearm_radii_m
+        axis = elbow - kp[0]
+        length = float(np.linalg.norm(axis))
+        # Stop the arm short of the near plane (the elbow can be beside or behind the camera).
+        z_stop = opts.near_m + r_elbow + 0.01
+        if elbow[2] < z_stop < kp[0, 2]:
+            length *= (kp[0, 2] - z_stop) / (kp[0, 2] - elbow[2])
+        frac = min(opts.cuff_m / length, 1.0)
+        cuff = kp[0] + frac * axis / np.linalg.norm(axis) * length
+        end = kp[0] + axis / np.linalg.norm(axis) * length
+        r_cuff = r_wrist + frac * (r_elbow - r_wrist)
+        parts.append(_Part(np.stack([kp[0], cuff]), (r_wrist, r_cuff), arm=True))
+        parts.append(_Part(np.stack([cuff, end]), (r_cuff + 0.003, r_elbow), sleeve=True, arm=True))
+    return parts
+
+
+def _ray_slab(  # noqa: PLR0913, PLR0917 - ray components and slab, all arrays
     dx: NDArray[np.float32],
     dy: NDArray[np.float32],
     dz: NDArray[np.float32],
-    pa: FloatArray,
-    pb: FloatArray,
-    radius: float,
+    polygon: FloatArray,
+    normal: FloatArray,
+    half: float,
 ) -> tuple[NDArray[np.intp], NDArray[np.intp], FloatArray, FloatArray]:
-    """Intersections of rays from the origin with a capsule.
+    """Intersections of rays from the origin with the flat faces of a slab (its rims are separate).
 
     Args:
         dx: x component of the unit ray directions, `(h, w)`.
         dy: y component, `(h, w)`.
         dz: z component, `(h, w)`.
-        pa: capsule axis start, `(3,)`.
-        pb: capsule axis end, `(3,)`.
-        radius: capsule radius.
+        polygon: the slab's mid-plane, a convex polygon, `(k, 3)`.
+        normal: unit normal of the mid-plane, `(3,)`.
+        half: half the thickness.
+
+    Returns:
+        `(rows, cols, t, normal)` for the M rays that hit the face nearer to the origin within the
+        polygon: their indices `(M,)`, the distance along the ray `(M,)` and the outward normal `(M, 3)`.
+    """
+    offset = float(normal @ polygon[0])
+    face = offset - math.copysign(half, offset)  # the face towards the origin
+    nd = dx * float(normal[0]) + dy * float(normal[1]) + dz * float(normal[2])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = face / nd
+    inside = t > 0.0
+    edges = np.roll(polygon, -1, axis=0) - polygon
+    turn = math.copysign(1.0, float(np.cross(edges[0], edges[1]) @ normal))
+    for vertex, edge in zip(polygon, edges, strict=True):
+        m = turn * np.cross(normal, edge)
+        inside &= t * (dx * float(m[0]) + dy * float(m[1]) + dz * float(m[2])) >= float(m @ vertex)
+    rows, cols = np.nonzero(inside)
+    t_hit = t[rows, cols].astype(np.float64)
+    out = -math.copysign(1.0, offset) * normal
+    return rows, cols, t_hit, np.broadcast_to(out, (len(rows), 3))
+
+
+def _ray_round_cone(  # noqa: PLR0913, PLR0917 - ray components and cone, all arrays
+    dx: NDArray[np.float32],
+    dy: NDArray[np.float32],
+    dz: NDArray[np.float32],
+    pa: FloatArray,
+    pb: FloatArray,
+    ra: float,
+    rb: float,
+) -> tuple[NDArray[np.intp], NDArray[np.intp], FloatArray, FloatArray]:
+    """Intersections of rays from the origin with a round cone (two balls and the cone tangent to both).
+
+    Inigo Quilez's closed form (iquilezles.org/articles/intersectors); a capsule when `ra == rb`.
+
+    Args:
+        dx: x component of the unit ray directions, `(h, w)`.
+        dy: y component, `(h, w)`.
+        dz: z component, `(h, w)`.
+        pa: axis start (centre of the first ball), `(3,)`.
+        pb: axis end, `(3,)`.
+        ra: radius at `pa`.
+        rb: radius at `pb`.
 
     Returns:
         `(rows, cols, t, normal)` for the M rays that hit: their indices `(M,)`, the distance along
@@ -351,31 +508,36 @@ def _ray_capsule(  # noqa: PLR0913, PLR0917 - ray components and capsule, all ar
     """
     ba, oa = pb - pa, -pa
     baba, baoa, oaoa = float(ba @ ba), float(ba @ oa), float(oa @ oa)
-    c = baba * oaoa - baoa * baoa - radius * radius * baba
-    # Coarse pass in float32 over the box: does the ray meet the infinite cylinder (with margin)?
+    # Coarse pass in float32 over the box: does the ray meet the infinite cylinder of the larger radius?
+    c = baba * oaoa - baoa * baoa - max(ra, rb) ** 2 * baba
     bard = dx * float(ba[0]) + dy * float(ba[1]) + dz * float(ba[2])
     b = baba * (dx * float(oa[0]) + dy * float(oa[1]) + dz * float(oa[2])) - baoa * bard
     rows, cols = np.nonzero(b * b - (baba - bard * bard) * c >= -1e-6 * abs(c))
     # Exact pass in float64 on the candidates.
     d = np.stack([dx[rows, cols], dy[rows, cols], dz[rows, cols]], axis=1).astype(np.float64)
-    bard_c = d @ ba
-    a = baba - bard_c * bard_c
-    b_c = baba * (d @ oa) - baoa * bard_c
-    h = b_c * b_c - a * c
+    rr = ra - rb
+    m2, m3, m6 = d @ ba, d @ oa, -(d @ pb)
+    d2 = baba - rr * rr
+    k2 = d2 - m2 * m2
+    k1 = d2 * m3 - baoa * m2 + m2 * rr * ra
+    k0 = d2 * oaoa - baoa * baoa + 2.0 * baoa * rr * ra - baba * ra * ra
+    h = k1 * k1 - k0 * k2
     with np.errstate(divide="ignore", invalid="ignore"):
-        t_body = (-b_c - np.sqrt(np.maximum(h, 0.0))) / a
-    y = baoa + t_body * bard_c
-    body = (h >= 0.0) & (a > 1e-12) & (y > 0.0) & (y < baba)
-    t = np.where(body, t_body, np.inf)
-    # Caps: the sphere at the end beyond which the ray met the cylinder.
-    oc = -np.where((y <= 0.0)[:, None], pa, pb)
-    b2 = np.sum(d * oc, axis=1)
-    h2 = b2 * b2 - (np.sum(oc * oc, axis=1) - radius * radius)
-    cap = (h >= 0.0) & ~body & (h2 > 0.0)
-    t[cap] = -b2[cap] - np.sqrt(h2[cap])
+        t_body = (-np.sqrt(np.maximum(h, 0.0)) - k1) / k2
+    y = baoa - ra * rr + t_body * m2
+    body = (h >= 0.0) & (y > 0.0) & (y < d2)
+    h1 = m3 * m3 - oaoa + ra * ra
+    h2 = m6 * m6 - float(pb @ pb) + rb * rb
+    t_a = np.where(h1 > 0.0, -m3 - np.sqrt(np.maximum(h1, 0.0)), np.inf)
+    t_b = np.where(h2 > 0.0, -m6 - np.sqrt(np.maximum(h2, 0.0)), np.inf)
+    t = np.where(body, t_body, np.minimum(t_a, t_b))
     keep = np.isfinite(t) & (t > 0.0)
-    rows, cols, d, t = rows[keep], cols[keep], d[keep], t[keep]
-    hit_point = d * t[:, None]
-    axis_s = np.clip(((hit_point - pa) @ ba) / baba, 0.0, 1.0)
-    normal = (hit_point - (pa + axis_s[:, None] * ba)) / radius
-    return rows, cols, t, normal
+    rows, cols, d, t, body, at_a = rows[keep], cols[keep], d[keep], t[keep], body[keep], (t_a <= t_b)[keep]
+    hit = d * t[:, None]
+    length = math.sqrt(baba)
+    radial = hit - pa - (((hit - pa) @ ba) / baba)[:, None] * ba
+    radial /= np.maximum(np.linalg.norm(radial, axis=1, keepdims=True), 1e-12)
+    sin_a = rr / length
+    body_normal = radial * math.sqrt(max(1.0 - sin_a * sin_a, 0.0)) + (sin_a / length) * ba
+    cap_normal = np.where(at_a[:, None], (hit - pa) / ra, (hit - pb) / rb)
+    return rows, cols, t, np.where(body[:, None], body_normal, cap_normal)

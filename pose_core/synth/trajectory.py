@@ -32,10 +32,11 @@ R_LEVEL = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])
 class TrajectoryOptions:
     """Knobs of the head and body motion."""
 
-    # Mean head (camera) position (x, y, z), metres, world frame.
-    head_position_m: tuple[float, float, float] = (0.0, -0.22, 1.6)
-    # Mean downward pitch of the camera, radians (50 deg).
-    pitch_down_rad: float = 0.873
+    # Mean head (camera) position (x, y, z), metres, world frame: the wearer leans over the table, so
+    # hands on it are 35-55 cm from the camera (as in egocentric video of table work).
+    head_position_m: tuple[float, float, float] = (0.0, -0.12, 1.32)
+    # Mean downward pitch of the camera, radians (41 deg: the table, the boxes and the far wall in view).
+    pitch_down_rad: float = 0.72
     # Slow pitch sway amplitude, radians, and its frequency, Hz.
     pitch_sway_rad: float = 0.10
     pitch_sway_hz: float = 0.23

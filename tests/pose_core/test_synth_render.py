@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pose_core.synth import SynthOptions, generate_episode
-from pose_core.synth.render import HAND_SURFACE_IDS, NO_SURFACE
+from pose_core.synth.render import ARM_SURFACE_IDS, HAND_SURFACE_IDS, NO_SURFACE
 
 N_FRAMES = 600  # ground truth for 20 s; only a few frames are rendered
 
@@ -109,9 +109,10 @@ class TestRender:
             hand_px = np.isin(frame.surface_id, HAND_SURFACE_IDS)
             if not hand_px.any():
                 continue
+            wearer_px = hand_px | np.isin(frame.surface_id, ARM_SURFACE_IDS)
             bare = episode.renderer.render(episode.world_from_cam[i], None)
-            assert np.all(frame.depth[hand_px] < bare.depth[hand_px])
-            assert np.array_equal(frame.depth[~hand_px], bare.depth[~hand_px])
+            assert np.all(frame.depth[wearer_px] < bare.depth[wearer_px])
+            assert np.array_equal(frame.depth[~wearer_px], bare.depth[~wearer_px])
             # Hand pixels lie near the hand's keypoints: within the hand's depth range (+- 3 cm).
             z = (
                 np.linalg.inv(episode.world_from_cam[i])
@@ -129,6 +130,18 @@ class TestRender:
                     patch = frame.surface_id[max(uv[1] - 2, 0) : uv[1] + 3, max(uv[0] - 2, 0) : uv[0] + 3]
                     assert np.any(patch == HAND_SURFACE_IDS[hand]), (i, hand)
 
+    def test_solid_palm_and_arm_from_the_image_border(self, episode, rendered):
+        """The palm is filled between wrist and knuckles, and the forearm reaches the image border."""
+        for i, frame in rendered.items():
+            for hand in (0, 1):
+                px = episode.hands_px[i, hand]
+                if not np.all((px >= 0) & (px < [640, 480])):
+                    continue
+                centre = np.round(px[[0, 5, 9, 13, 17]].mean(axis=0)).astype(int)
+                assert frame.surface_id[centre[1], centre[0]] == HAND_SURFACE_IDS[hand], (i, hand)
+                arm = frame.surface_id == ARM_SURFACE_IDS[hand]
+                assert arm[-1].any() or arm[:, 0].any() or arm[:, -1].any(), (i, hand)
+
     def test_stereo_disparity(self, episode, rendered):
         """A left pixel at depth z reappears fx * B / z pixels to the left in the right image."""
         baseline, fx = episode.options.baseline_m, episode.K[0, 0]
@@ -138,6 +151,9 @@ class TestRender:
             z = frame.depth[rows, cols].astype(np.float64)
             u_right = cols - fx * baseline / z
             ok = (u_right > 1) & (frame.surface_id[rows, cols] >= 0)
+            right = frame.depth_right[rows[ok], np.round(u_right[ok]).astype(int)]
+            # The wearer's arms are near the camera: skip scene points they hide from the right camera.
+            ok[ok] = right > z[ok] - 0.1
             z_right = frame.depth_right[rows[ok], np.round(u_right[ok]).astype(int)]
             # Same point seen from a camera displaced along x: same depth (allow edges/rounding).
             assert np.median(np.abs(z_right - z[ok])) < 2e-3
