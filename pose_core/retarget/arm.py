@@ -3,19 +3,22 @@
 Convention:
     ``base_from_tcp_target = S(base_from_world @ world_from_wrist) @ wrist_from_tcp`` where ``S`` scales
     the position about the profile's workspace centre (`pose_core.retarget.embodiment`). IK controls
-    ``ee_link`` at ``base_from_tcp_target @ tcp_from_ee``.
+    the tool frame ``ee_link @ ee_from_tcp`` (the position task holds the tool point, also on a 5-DoF
+    arm whose tool orientation falls short).
 
 Algorithm:
     The first valid frame is solved from the home pose; if that fails, from it and ``restarts`` random
-    seeds at once, keeping the best (ties: closest to home). Later frames are solved in chunks of ``chunk_frames``: every
-    frame of a chunk starts from the last solved frame and is bounded by the joint limits and by the
-    velocity box ``q_last +- v_max * (t - t_last)``, all in one batched DLS call; a frame that does not
-    converge is solved again from the frame before it, with a null-space posture task towards the home
-    pose that moves a stretched-out (singular) arm back into its workspace. A sequential pass then
-    clips each frame to ``q_prev +- v_max * dt`` (a no-op when the chunk's solutions are continuous),
-    so joint limits and speed limits hold exactly. Frames whose final tool pose misses the target by
-    more than the profile's reach tolerances, or whose target is NaN (joints held), are flagged
-    ``reachable = False``: joints there are a bounded, continuous best effort, never a silent fit.
+    seeds at once, keeping the best (ties: closest to home). Later frames are solved in chunks of
+    ``chunk_frames``: every frame of a chunk starts from the last solved frame and is bounded by the
+    joint limits and by the velocity box ``q_last +- v_max * (t - t_last)``, all in one batched DLS
+    call; a frame that does not converge is solved again from the frame before it, with a null-space
+    posture task towards the home pose that moves a stretched-out (singular) arm back into its
+    workspace. A sequential pass then clips each frame to ``q_prev +- v_max * dt`` (a no-op when the
+    chunk's solutions are continuous), so joint limits and speed limits hold exactly. Frames whose
+    target is NaN (no hand) are bridged by linear interpolation (`rate_limit`). Frames whose final
+    tool pose misses the target by more than the profile's reach tolerances, or that have no target,
+    are flagged ``reachable = False``: joints there are a bounded, continuous best effort, never a
+    silent fit.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from numpy.typing import NDArray
 from pose_core.errors import EgolakeError, ShapeError
 from pose_core.geometry.rigid3 import invert_rigid_matrices
 from pose_core.retarget.embodiment import Embodiment
-from pose_core.retarget.ik import IKOptions, pose_errors, solve_pose_ik
+from pose_core.retarget.ik import IKOptions, IKSolution, pose_errors, solve_pose_ik
 
 __all__ = [
     "RetargetOptions",
@@ -40,6 +43,8 @@ __all__ = [
     "rate_limit",
     "retarget_wrist_trajectory",
     "solve_in_chunks",
+    "world_from_base_at_wrists",
+    "world_from_level",
     "world_from_wrist_for_targets",
 ]
 
@@ -60,8 +65,13 @@ class RetargetOptions:
     first_frame_ik: IKOptions = field(default_factory=lambda: IKOptions(max_iters=100))
     # Random seeds for the first frame when the home start does not converge.
     restarts: int = 31
-    # Frames solved together in one batched call from the last solved frame (longer chunks drift apart in the null space of 7-DoF arms).
+    # Frames solved together in one batched call from the last solved frame (longer chunks drift apart
+    # in the null space of 7-DoF arms).
     chunk_frames: int = 8
+    # A stuck frame (out of reach from the previous joints) searches a solution from anywhere and the
+    # arm heads for it while stuck; the next search waits this long, seconds (a search costs `restarts`
+    # solves, and an out-of-reach stretch would search at every frame).
+    search_interval_s: float = 0.25
     # Seed of the random restarts (results are deterministic for a given seed).
     random_seed: int = 0
 
@@ -114,6 +124,57 @@ def base_from_tcp_targets(emb: Embodiment, world_from_wrist: FloatArray,
     return base_from_wrist @ invert_rigid_matrices(emb.tcp_from_wrist)
 
 
+def world_from_level(gravity_dir_world: FloatArray) -> FloatArray:
+    """A z-up frame in a world where gravity points along ``gravity_dir_world``.
+
+    ``z = -g``; ``y`` is the world's ``z`` axis (the first camera's forward, DESIGN.md's world) made
+    horizontal, or its ``x`` axis when that is vertical; ``x = y × z``. A profile's base rotation,
+    written for a z-up world facing ``+y``, composes on the right.
+
+    Args:
+        gravity_dir_world: gravity (down) in the world frame, ``(3,)``, any length > 0.
+
+    Returns:
+        ``world_from_level`` rotation, ``(3, 3)``.
+    """
+    z = -np.asarray(gravity_dir_world, np.float64)
+    z /= np.linalg.norm(z)
+    forward = np.eye(3)[2] if abs(z[2]) < 0.99 else np.eye(3)[0]
+    y = forward - (forward @ z) * z
+    y /= np.linalg.norm(y)
+    return np.column_stack([np.cross(y, z), y, z])
+
+
+def world_from_base_at_wrists(emb: Embodiment, world_from_wrist: FloatArray,
+                              gravity_dir_world: FloatArray | None = None) -> FloatArray:
+    """A base pose that puts a trajectory's median wrist position on the workspace centre.
+
+    For worlds where the profile's fixed base pose means nothing (the first camera's frame, an
+    arbitrary scale). The rotation is the profile's ``world_from_base`` rotation, after
+    `world_from_level` when gravity is given (base upright); the position is chosen so that
+    ``median(base_from_world @ wrist positions) = workspace_center_in_base_m`` (per base axis; the
+    scaling centre, which scaling leaves in place).
+
+    Args:
+        emb: an ``arm`` embodiment.
+        world_from_wrist: wrist poses, world frame, ``(F, 4, 4)``; NaN rows are ignored.
+        gravity_dir_world: gravity (down) in the world, ``(3,)``, or None for the profile's rotation.
+
+    Returns:
+        ``world_from_base (4, 4)``; the profile's position when no wrist pose is finite.
+    """
+    positions = world_from_wrist[:, :3, 3]
+    positions = positions[np.all(np.isfinite(positions), axis=1)]
+    out = emb.world_from_base.copy()
+    if gravity_dir_world is not None:
+        out[:3, :3] = world_from_level(gravity_dir_world) @ out[:3, :3]
+    if len(positions):
+        # The median along the base's axes: unlike one along the world's, it turns with the world.
+        median_in_base_axes = np.median(positions @ out[:3, :3], axis=0)
+        out[:3, 3] = out[:3, :3] @ (median_in_base_axes - emb.workspace_center_in_base_m)
+    return out
+
+
 def world_from_wrist_for_targets(emb: Embodiment, base_from_tcp: FloatArray,
                                  world_from_base: FloatArray | None = None) -> FloatArray:
     """Inverse of `base_from_tcp_targets`: the human wrist poses that map to given tool poses.
@@ -135,25 +196,35 @@ def world_from_wrist_for_targets(emb: Embodiment, base_from_tcp: FloatArray,
 
 def rate_limit(values: FloatArray, ts_s: FloatArray, max_rate: FloatArray | float,
                bounds: tuple[FloatArray, FloatArray] | None = None) -> FloatArray:
-    """Clip each frame to within ``max_rate * dt`` of the previous output; NaN frames hold the previous value.
+    """Clip each frame to within ``max_rate * dt`` of the previous output, across gaps too.
+
+    Frames with a NaN are gaps: the limit applies between consecutive finite frames over the time
+    between them, and gap frames are then filled by linear interpolation (before the first and after
+    the last finite frame: that frame's value). Interpolating a step of at most ``max_rate * dt`` over
+    ``dt`` keeps every frame-to-frame step within the limit, so a trajectory that re-finds its target
+    after a gap does not have to catch up at one frame's speed.
 
     Args:
-        values: per-frame values ``(F, D)``; row 0 must be finite unless all are NaN.
+        values: per-frame values ``(F, D)``.
         ts_s: strictly increasing times, seconds, ``(F,)``.
         max_rate: largest speed per dimension, units/s, scalar or ``(D,)``.
         bounds: optional ``(lower, upper)`` ``(D,)`` applied after the rate clip.
 
     Returns:
-        The limited values ``(F, D)``.
+        The limited values ``(F, D)``; all NaN when no frame is finite.
     """
     out = np.array(values, dtype=np.float64)
-    dts = np.diff(ts_s)
-    for i in range(1, len(out)):
-        prev = out[i - 1]
-        row = np.where(np.isfinite(out[i]), out[i], prev)
-        step = max_rate * dts[i - 1]
-        row = np.clip(row, prev - step, prev + step)
-        out[i] = row if bounds is None else np.clip(row, *bounds)
+    finite = np.flatnonzero(np.all(np.isfinite(out), axis=1))
+    if len(finite) == 0:
+        return out
+    dts = np.diff(ts_s[finite])
+    for k in range(1, len(finite)):
+        prev = out[finite[k - 1]]
+        step = max_rate * dts[k - 1]
+        row = np.clip(out[finite[k]], prev - step, prev + step)
+        out[finite[k]] = row if bounds is None else np.clip(row, *bounds)
+    if len(finite) < len(out):
+        out = np.stack([np.interp(ts_s, ts_s[finite], out[finite, d]) for d in range(out.shape[1])], axis=1)
     return out
 
 
@@ -174,26 +245,50 @@ def _check(world_from_wrist: FloatArray, grip_aperture_m: FloatArray, ts_s: Floa
         raise EgolakeError("retargeting needs at least one frame and strictly increasing ts_s")
 
 
-def _first_frame(emb: Embodiment, ee_target: FloatArray, opts: RetargetOptions) -> FloatArray:
-    """Joints ``(J,)`` for one target ``(4, 4)``: from home if that converges, else the best random seed."""
+def _solved(emb: Embodiment, sol: IKSolution, ik: IKOptions) -> BoolArray:
+    """Rows within the solver's tolerances; orientation counts only where the profile checks it (5-DoF)."""
+    done = sol.position_error_m < ik.position_tol_m
+    if emb.reach_orientation_tol_rad is not None:
+        done &= sol.orientation_error_rad < ik.orientation_tol_rad
+    return done
+
+
+def _within_reach(emb: Embodiment, position_error_m: FloatArray,
+                  orientation_error_rad: FloatArray) -> BoolArray:
+    """Rows within the profile's reach tolerances (the ``reachable`` flag)."""
+    ok = position_error_m <= emb.reach_position_tol_m
+    if emb.reach_orientation_tol_rad is not None:
+        ok &= orientation_error_rad <= emb.reach_orientation_tol_rad
+    return ok
+
+
+def _first_frame(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptions) -> tuple[FloatArray, bool]:
+    """Joints ``(J,)`` for one target ``(4, 4)`` from anywhere, and whether they are within reach.
+
+    From home if that is solved, else the best of home and ``restarts`` random seeds.
+    """
     one = (emb.lower[None], emb.upper[None])
-    sol = solve_pose_ik(emb.model, 0, ee_target[None], emb.home[None], one, opts.first_frame_ik, emb.home)
-    if sol.converged[0]:
-        return sol.joint_positions[0]
+    sol = solve_pose_ik(emb.model, 0, tcp_target[None], emb.home[None], one, opts.first_frame_ik, emb.home,
+                        emb.ee_from_tcp)
+    if _solved(emb, sol, opts.first_frame_ik)[0]:
+        return sol.joint_positions[0], True
     rng = np.random.default_rng(opts.random_seed)
     lo, hi = np.maximum(emb.lower, -np.pi), np.minimum(emb.upper, np.pi)
     seeds = np.vstack([sol.joint_positions, rng.uniform(lo, hi, (opts.restarts, emb.model.num_joints))])
     bounds = (np.broadcast_to(emb.lower, seeds.shape), np.broadcast_to(emb.upper, seeds.shape))
-    sol = solve_pose_ik(emb.model, 0, np.broadcast_to(ee_target, (len(seeds), 4, 4)), seeds, bounds,
-                        opts.first_frame_ik, emb.home)
+    sol = solve_pose_ik(emb.model, 0, np.broadcast_to(tcp_target, (len(seeds), 4, 4)), seeds, bounds,
+                        opts.first_frame_ik, emb.home, emb.ee_from_tcp)
     score = sol.position_error_m + emb.reach_position_tol_m * sol.orientation_error_rad
     best = score <= score.min() + opts.first_frame_ik.position_tol_m
     dist = np.where(best, np.linalg.norm(sol.joint_positions - emb.home, axis=1), np.inf)
-    return sol.joint_positions[int(np.argmin(dist))]
+    pick = int(np.argmin(dist))
+    return sol.joint_positions[pick], bool(_within_reach(emb, sol.position_error_m[pick:pick + 1],
+                                                         sol.orientation_error_rad[pick:pick + 1])[0])
 
 
 def solve_in_chunks(  # noqa: PLR0913 - the solver, its start and the limits
-    solve_batch: Callable[[IntArray, FloatArray, tuple[FloatArray, FloatArray]], tuple[FloatArray, BoolArray]],
+    solve_batch: Callable[[IntArray, FloatArray, tuple[FloatArray, FloatArray]],
+                          tuple[FloatArray, BoolArray]],
     q_first: FloatArray,
     first: int,
     valid: BoolArray,
@@ -209,7 +304,7 @@ def solve_in_chunks(  # noqa: PLR0913 - the solver, its start and the limits
             one, seeded from the frame before them and bounded by its velocity box.
         q_first: joints of frame ``first``, ``(J,)``.
         first: first valid frame; earlier frames copy ``q_first``.
-        valid: frames that have a target, ``(F,)``; others hold the previous joints.
+        valid: frames that have a target, ``(F,)``; others are interpolated (`rate_limit`).
         ts_s: strictly increasing times, seconds, ``(F,)``.
         emb: limits and speed limits.
         chunk_frames: frames per batched solve.
@@ -228,10 +323,11 @@ def solve_in_chunks(  # noqa: PLR0913 - the solver, its start and the limits
             reach = emb.velocity * (ts_s[idx] - ts_s[last])[:, None]
             bounds = (np.maximum(emb.lower, q[last] - reach), np.minimum(emb.upper, q[last] + reach))
             q[idx], converged = solve_batch(idx, np.repeat(q[last][None], len(idx), 0), bounds)
-            for i in idx[~converged]:
-                prev = i - 1 if i - 1 >= last else last
+            for k in np.flatnonzero(~converged):
+                i, prev = idx[k], idx[k - 1] if k else last  # the frame before it that has a target
                 step = emb.velocity * (ts_s[i] - ts_s[prev])
-                box = (np.maximum(emb.lower, q[prev] - step)[None], np.minimum(emb.upper, q[prev] + step)[None])
+                box = (np.maximum(emb.lower, q[prev] - step)[None],
+                       np.minimum(emb.upper, q[prev] + step)[None])
                 q[i] = solve_batch(np.array([i]), q[prev][None], box)[0][0]
             last = int(idx[-1])
     return rate_limit(q, ts_s, emb.velocity, (emb.lower, emb.upper))
@@ -251,7 +347,7 @@ def retarget_wrist_trajectory(  # noqa: PLR0913 - the trajectory, its timing and
         emb: an ``arm`` embodiment.
         world_from_wrist: wrist poses (`pose_core.retarget.wrist`), world frame, metres, ``(F, 4, 4)``;
             NaN rows for frames without a hand.
-        grip_aperture_m: thumb-to-index aperture, metres, ``(F,)`` (NaN: hold the gripper).
+        grip_aperture_m: thumb-to-index aperture, metres, ``(F,)`` (NaN: bridged like the joints).
         ts_s: strictly increasing timestamps, seconds, ``(F,)``.
         opts: solver knobs.
         world_from_base: per-episode robot base pose in the world ``(4, 4)``; default the profile's.
@@ -271,22 +367,38 @@ def retarget_wrist_trajectory(  # noqa: PLR0913 - the trajectory, its timing and
         raise EgolakeError(f"embodiment {emb.name!r} is a {emb.kind}, not an arm")
     frames = len(ts_s)
     tcp_targets = base_from_tcp_targets(emb, world_from_wrist, world_from_base)
-    ee_targets = tcp_targets @ invert_rigid_matrices(emb.ee_from_tcp)
-    valid = np.all(np.isfinite(ee_targets.reshape(frames, -1)), axis=1)
+    valid = np.all(np.isfinite(tcp_targets.reshape(frames, -1)), axis=1)
     if not np.any(valid):
         q = np.repeat(emb.home[None], frames, 0)
     else:
         first = int(np.argmax(valid))
+        next_search_s = -np.inf
+        goal: FloatArray | None = None  # where a stuck arm is heading (the last search's solution)
 
         def solve(idx: IntArray, seeds: FloatArray,
                   bounds: tuple[FloatArray, FloatArray]) -> tuple[FloatArray, BoolArray]:
             # The posture task only in single-frame repairs: rows of a batch stop at different
             # iterations, and an unequal pull towards home would make consecutive frames jitter.
             posture = emb.home if len(idx) == 1 else None
-            sol = solve_pose_ik(emb.model, 0, ee_targets[idx], seeds, bounds, opts.ik, posture)
-            return sol.joint_positions, sol.converged
+            sol = solve_pose_ik(emb.model, 0, tcp_targets[idx], seeds, bounds, opts.ik, posture,
+                                emb.ee_from_tcp)
+            nonlocal next_search_s, goal
+            stuck = len(idx) == 1 and not _within_reach(emb, sol.position_error_m,
+                                                        sol.orientation_error_rad)[0]
+            if stuck and ts_s[idx[0]] >= next_search_s:
+                # Against a joint limit, or on a branch that lost the target: if the target has a
+                # solution from anywhere, head for it at the speed limits (flagged until it is reached)
+                # until the next search is due.
+                found, reached = _first_frame(emb, tcp_targets[idx[0]], opts)
+                goal = found if reached else None
+                next_search_s = ts_s[idx[0]] + opts.search_interval_s
+            if stuck and goal is not None:
+                return np.clip(goal, *bounds).reshape(1, -1), np.zeros(1, dtype=bool)
+            if not stuck:
+                goal = None
+            return sol.joint_positions, _solved(emb, sol, opts.ik)
 
-        q = solve_in_chunks(solve, _first_frame(emb, ee_targets[first], opts), first, valid, ts_s, emb,
+        q = solve_in_chunks(solve, _first_frame(emb, tcp_targets[first], opts)[0], first, valid, ts_s, emb,
                             opts.chunk_frames)
     base_from_tcp = emb.model.forward(q)[:, 0] @ emb.ee_from_tcp
     e_p, e_r = pose_errors(base_from_tcp, tcp_targets)

@@ -44,7 +44,8 @@ logger = logging.getLogger(__name__)
 FloatArray = NDArray[np.float64]
 
 ROBOTS_DIR_ENV = "EGOLAKE_ROBOTS_DIR"
-_ARM_KEYS = {"ee_link", "ee_from_tcp", "tcp_from_wrist_rpy", "gripper", "reach", "workspace", "world_from_base"}
+_ARM_KEYS = {"ee_link", "ee_from_tcp", "tcp_from_wrist_rpy", "gripper", "reach", "workspace",
+             "world_from_base"}
 _HAND_KEYS = {"vectors", "hand_from_wrist_rpy", "keypoint_scale"}
 _COMMON_KEYS = {"name", "kind", "urdf", "packages", "base_link", "home", "joints", "velocity_scale",
                 "action_space", "control_fps"}
@@ -181,7 +182,8 @@ def _check_keys(raw: Mapping[str, Any], path: Path) -> None:
         raise InputError("profile_invalid", "; ".join(problems), str(path))
 
 
-def _limits(raw: Mapping[str, Any], model: KinematicModel, path: Path) -> tuple[FloatArray, FloatArray, FloatArray]:
+def _limits(raw: Mapping[str, Any], model: KinematicModel,
+            path: Path) -> tuple[FloatArray, FloatArray, FloatArray]:
     lower, upper, velocity = model.lower.copy(), model.upper.copy(), model.velocity.copy()
     overrides = raw.get("joints") or {}
     unknown = sorted(set(overrides) - set(model.joint_names))
@@ -251,7 +253,8 @@ def load_embodiment(
     workspace = raw.get("workspace") or {}
     reach = raw.get("reach") or {}
     tol_rad = reach.get("orientation_tol_rad", math.radians(5.0))
-    logger.info("embodiment %s: %d joints %s from %s", raw["name"], model.num_joints, model.joint_names, urdf_path)
+    logger.info("embodiment %s: %d joints %s from %s", raw["name"], model.num_joints, model.joint_names,
+                urdf_path)
     return Embodiment(
         name=str(raw["name"]), kind=str(raw["kind"]), urdf=urdf, model=model,
         lower=lower, upper=upper, velocity=velocity, home=home,

@@ -118,7 +118,7 @@ def retarget_hand_keypoints(
     Args:
         emb: a ``hand`` embodiment.
         keypoints_in_wrist: MediaPipe keypoints in the wrist frame, metres, ``(F, 21, 3)``; NaN rows for
-            frames without a hand (joints held).
+            frames without a hand (joints interpolated across the gap).
         ts_s: strictly increasing timestamps, seconds, ``(F,)``.
         opts: solver knobs.
 

@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pose_core.errors import ShapeError
+from pose_core.geometry.rigid3 import skew
 from pose_core.retarget.kinematics import KinematicModel
 
 __all__ = [
@@ -51,11 +52,17 @@ class IKOptions:
     orientation_damping_rad: float = 1e-2
     # Largest change of any joint in one iteration, rad or m (a trust region).
     max_step: float = 0.3
-    # A solve stops when every row is within these errors (or has stopped moving, see step_tol).
+    # A solve stops when every row is within this position error and orientation_tol_rad (or has
+    # stopped moving, see step_tol), metres.
     position_tol_m: float = 1e-4
+    # The orientation error a solve stops within, radians.
     orientation_tol_rad: float = 1e-3
     # A row whose largest joint step falls below this counts as settled (orientation out of reach).
     step_tol: float = 1e-6
+    # Largest change of any joint per iteration from the secondary (orientation) task, rad or m: its
+    # null-space motion keeps the position only to first order, so long strides make the two tasks
+    # take turns (a limit cycle) instead of converging.
+    max_secondary_step: float = 0.05
     # Re-solves per step after clamping joints that would cross a bound.
     active_set_passes: int = 3
     # Fraction of the way to the posture (home) taken per iteration in the null space of both tasks;
@@ -160,10 +167,13 @@ def bounded_dls_step(  # noqa: PLR0913 - two tasks and a box are the interface
             es = (err_secondary - np.einsum("bsj,bj->bs", jac_secondary, fixed_dq)
                   - np.einsum("bsj,bj->bs", js, dq))
             pinv_s = _damped_pinv(js @ null, opts.orientation_damping_rad)
-            dq = dq + np.einsum("bij,bj->bi", null, np.einsum("bjs,bs->bj", pinv_s, es))
+            ds = np.einsum("bij,bj->bi", null, np.einsum("bjs,bs->bj", pinv_s, es))
+            largest_s = np.max(np.abs(ds), axis=1, keepdims=True)
+            dq = dq + ds * np.minimum(1.0, opts.max_secondary_step / np.maximum(largest_s, 1e-300))
         if posture is not None:
             both = np.concatenate([jp, jac_secondary * mask], axis=1) if jac_secondary is not None else jp
-            null_all = (eye - _damped_pinv(both, opts.position_damping_m) @ both) * mask * np.swapaxes(mask, -1, -2)
+            null_all = ((eye - _damped_pinv(both, opts.position_damping_m) @ both)
+                        * mask * np.swapaxes(mask, -1, -2))
             dq = dq + opts.posture_gain * np.einsum("bij,bj->bi", null_all, posture - q)
         dq = np.where(free, dq, fixed_dq)
         target = q + dq
@@ -175,6 +185,18 @@ def bounded_dls_step(  # noqa: PLR0913 - two tasks and a box are the interface
     largest = np.max(np.abs(dq), axis=1, keepdims=True)
     dq = dq * np.minimum(1.0, opts.max_step / np.maximum(largest, 1e-300))
     return np.clip(q + dq, lower, upper) - q
+
+
+def _with_tool(pose: FloatArray, jac: FloatArray, tool: FloatArray | None) -> tuple[FloatArray, FloatArray]:
+    """Pose ``(B, 4, 4)`` and Jacobian ``(B, 6, J)`` of a link moved to ``link @ tool``.
+
+    The tool point moves with ``v + w x r``, ``r`` the link-to-tool offset in the base frame.
+    """
+    if tool is None:
+        return pose, jac
+    offset = pose[:, :3, :3] @ tool[:3, 3]
+    linear = jac[:, :3] - skew(offset) @ jac[:, 3:]
+    return pose @ tool, np.concatenate([linear, jac[:, 3:]], axis=1)
 
 
 def _check_inputs(model: KinematicModel, base_from_target: FloatArray, seed: FloatArray) -> None:
@@ -192,8 +214,9 @@ def solve_pose_ik(  # noqa: PLR0913 - model, target, seed, bounds and options
     bounds: tuple[FloatArray, FloatArray],
     opts: IKOptions,
     posture: FloatArray | None = None,
+    tool: FloatArray | None = None,
 ) -> IKSolution:
-    """Batched IK of one link to pose targets.
+    """Batched IK of one link (or a tool rigidly attached to it) to pose targets.
 
     Args:
         model: kinematics; ``frame_index`` picks the link among ``model.frames``.
@@ -203,6 +226,9 @@ def solve_pose_ik(  # noqa: PLR0913 - model, target, seed, bounds and options
         bounds: ``(lower, upper)`` joint bounds, ``(B, J)`` each, ``lower <= upper``.
         opts: solver knobs.
         posture: optional rest joints ``(J,)`` for the null-space posture task.
+        tool: optional ``link_from_tool (4, 4)``: the controlled pose is ``link @ tool``. Not the same as
+            solving for ``target @ tool^-1`` when the orientation is not reached (a 5-DoF arm): the
+            position task then holds the tool point, not the link origin.
 
     Returns:
         The solution; rows that did not converge keep their best-effort joints with their errors.
@@ -219,9 +245,10 @@ def solve_pose_ik(  # noqa: PLR0913 - model, target, seed, bounds and options
     iterations = 0
     for iterations in range(1, opts.max_iters + 1):  # noqa: B007 - the count is reported
         poses, jacs = model.forward_with_jacobians(q[active])
-        e_p, e_r = pose_errors(poses[:, frame_index], base_from_target[active])
+        pose, jac = _with_tool(poses[:, frame_index], jacs[:, frame_index], tool)
+        e_p, e_r = pose_errors(pose, base_from_target[active])
         rest = None if posture is None else np.broadcast_to(posture, q[active].shape)
-        dq = bounded_dls_step(jacs[:, frame_index, :3], e_p, jacs[:, frame_index, 3:], e_r, q[active],
+        dq = bounded_dls_step(jac[:, :3], e_p, jac[:, 3:], e_r, q[active],
                               (lower[active], upper[active]), opts, rest)
         q[active] += dq
         done = ((np.linalg.norm(e_p, axis=1) < opts.position_tol_m)
@@ -230,7 +257,8 @@ def solve_pose_ik(  # noqa: PLR0913 - model, target, seed, bounds and options
         active[np.flatnonzero(active)[done]] = False
         if not np.any(active):
             break
-    e_p, e_r = pose_errors(model.forward(q)[:, frame_index], base_from_target)
+    pose = model.forward(q)[:, frame_index]
+    e_p, e_r = pose_errors(pose if tool is None else pose @ tool, base_from_target)
     pos_err, rot_err = np.linalg.norm(e_p, axis=1), np.linalg.norm(e_r, axis=1)
     converged = (pos_err < opts.position_tol_m) & (rot_err < opts.orientation_tol_rad)
     return IKSolution(q, pos_err, rot_err, iterations, converged)

@@ -61,9 +61,10 @@ class KinematicModel:
         self.base_link = base_link or urdf.root_link
         self._root = urdf.root_link
         chain_names: set[str] = set()
-        for link in (*self.frames, self.base_link):
-            if link != urdf.root_link and link not in by_child:
-                raise KeyError(f"no link {link!r} in URDF {urdf.name!r}")
+        for start in (*self.frames, self.base_link):
+            if start != urdf.root_link and start not in by_child:
+                raise KeyError(f"no link {start!r} in URDF {urdf.name!r}")
+            link = start
             while link in by_child:
                 chain_names.add(by_child[link].name)
                 link = by_child[link].parent
@@ -90,7 +91,8 @@ class KinematicModel:
                 self._map[m, idx] = mult
         self._ancestor = np.array([[self._is_ancestor(by_child, chain[k], f) for k in self._movable]
                                    for f in self.frames], dtype=np.float64).reshape(len(self.frames), -1)
-        above_base = [chain[k] for k in self._movable if self._is_ancestor(by_child, chain[k], self.base_link)]
+        above_base = [chain[k] for k in self._movable
+                      if self._is_ancestor(by_child, chain[k], self.base_link)]
         if any(self._drive[chain.index(j)][0] >= 0 for j in above_base):
             raise ValueError(f"base link {self.base_link!r} moves with an active joint")
         self._base_from_root = np.linalg.inv(self._root_from(np.zeros((1, len(self.joint_names))),
@@ -115,8 +117,8 @@ class KinematicModel:
                 value = fixed_positions.get(j.name, 0.0)
                 if j.mimic is not None:
                     src = urdf.joint(j.mimic[0])
-                    value = j.mimic[1] * float(np.clip(fixed_positions.get(src.name, 0.0), src.lower, src.upper))
-                    value += j.mimic[2]
+                    source_value = np.clip(fixed_positions.get(src.name, 0.0), src.lower, src.upper)
+                    value = j.mimic[1] * float(source_value) + j.mimic[2]
                 out.append((-1, 0.0, float(np.clip(value, j.lower, j.upper))))
         return out
 
@@ -183,7 +185,8 @@ class KinematicModel:
             q: active joint positions, rad or m, ``(B, J)``.
 
         Returns:
-            ``base_from_link (B, L, 4, 4)`` and Jacobians ``(B, L, 6, J)``, rows ``[v (m/unit); w (rad/unit)]``.
+            ``base_from_link (B, L, 4, 4)`` and Jacobians ``(B, L, 6, J)``, rows
+            ``[v (m/unit); w (rad/unit)]``.
 
         Raises:
             ShapeError: if ``q`` is not ``(B, J)``.

@@ -92,7 +92,8 @@ class UrdfModel:
         raise KeyError(f"no joint {name!r} in URDF {self.name!r}; joints: {[j.name for j in self.joints]}")
 
 
-def matrix_from_xyz_rpy(xyz: tuple[float, ...] | FloatArray, rpy: tuple[float, ...] | FloatArray) -> FloatArray:
+def matrix_from_xyz_rpy(xyz: tuple[float, ...] | FloatArray,
+                        rpy: tuple[float, ...] | FloatArray) -> FloatArray:
     """Homogeneous transform from a translation and URDF roll-pitch-yaw.
 
     Args:

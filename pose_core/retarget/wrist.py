@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from pose_core.errors import ShapeError
 
-__all__ = ["grip_aperture_from_keypoints", "wrist_from_keypoints"]
+__all__ = ["as_right_hand", "grip_aperture_from_keypoints", "keypoints_in_wrist", "wrist_from_keypoints"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,3 +90,33 @@ def grip_aperture_from_keypoints(keypoints: FloatArray) -> FloatArray:
     """
     kp = _check(keypoints)
     return np.linalg.norm(kp[..., _THUMB_TIP, :] - kp[..., _INDEX_TIP, :], axis=-1)
+
+
+def keypoints_in_wrist(keypoints_in_x: FloatArray, x_from_wrist: FloatArray) -> FloatArray:
+    """Keypoints expressed in their wrist frame.
+
+    Args:
+        keypoints_in_x: MediaPipe keypoints, metres, frame ``X``, ``(..., 21, 3)``.
+        x_from_wrist: wrist frames (`wrist_from_keypoints`), ``(..., 4, 4)``.
+
+    Returns:
+        ``keypoints_in_wrist (..., 21, 3)``; NaN where the wrist frame is NaN.
+
+    Raises:
+        ShapeError: if the trailing shape is not ``(21, 3)``.
+    """
+    kp = _check(keypoints_in_x)
+    rot, origin = x_from_wrist[..., :3, :3], x_from_wrist[..., None, :3, 3]
+    return np.einsum("...ji,...kj->...ki", rot, kp - origin)
+
+
+def as_right_hand(keypoints_in_wrist: FloatArray, is_right: bool) -> FloatArray:
+    """A left hand's wrist-frame keypoints mirrored into a right hand's (``y -> -y``); a right hand's as is.
+
+    In the wrist frame of a left hand ``y`` points to the little finger, so negating ``y`` gives the
+    right hand that mirrors it: a right robot hand can then follow either human hand.
+    """
+    kp = np.array(keypoints_in_wrist, dtype=np.float64)
+    if not is_right:
+        kp[..., 1] *= -1.0
+    return kp

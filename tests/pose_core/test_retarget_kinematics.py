@@ -113,3 +113,19 @@ class TestSolvePoseIK:
         assert np.all(sol.joint_positions >= bounds[0] - 1e-12)
         assert np.all(sol.joint_positions <= bounds[1] + 1e-12)
         assert not np.any(sol.converged)
+
+    def test_tool_on_the_xarm7_flange_matches_a_solve_for_the_flange(self, robots: Path) -> None:
+        """A 172 mm tool: solving for the tool pose lands the flange where the tool's target puts it."""
+        km = KinematicModel(read_urdf(robots / XARM7), ["link_eef"])
+        tool = matrix_from_xyz_rpy((0.0, 0.02, 0.172), (0.3, 0.0, 0.0))
+        rng = np.random.default_rng(1)
+        q_true = rng.uniform(-1.0, 1.0, (32, 7))
+        seed = q_true + rng.normal(0.0, 0.2, q_true.shape)
+        bounds = (np.broadcast_to(km.lower, seed.shape), np.broadcast_to(km.upper, seed.shape))
+        target = km.forward(q_true)[:, 0] @ tool
+        with_tool = solve_pose_ik(km, 0, target, seed, bounds, IKOptions(max_iters=60), tool=tool)
+        flange = solve_pose_ik(km, 0, km.forward(q_true)[:, 0], seed, bounds, IKOptions(max_iters=60))
+        assert np.mean(with_tool.converged) >= np.mean(flange.converged) - 0.1
+        ok = with_tool.converged
+        e_p, _ = pose_errors(km.forward(with_tool.joint_positions[ok])[:, 0], km.forward(q_true[ok])[:, 0])
+        assert np.max(np.linalg.norm(e_p, axis=1)) < 2e-4  # a full pose fixes the flange too

@@ -1,0 +1,58 @@
+"""Stage `retarget`: wearer hands to robot joint trajectories per episode (cogroup) into `robot_actions`.
+
+Inputs are light columns only: `frames` (the time axis) and `hands_world` (world keypoints of the
+retargeted identities). The robots are `cfg.embodiments` (`--set embodiments=[so100,panda]`); with
+none the stage writes nothing and says so. Profiles and URDFs are loaded on the driver first, so a
+missing profile or URDF fails the batch with an error naming it before any Spark job starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+from pyspark.sql import functions as F
+
+from jobs.stage import EpisodeOutcome, Stage, StageContext, now, write_guarded
+from jobs.tables import Lineage, read
+from schemas.base import spark_schema
+from schemas.tables import FRAMES, HANDS_WORLD, ROBOT_ACTIONS
+from udfs.guard import guarded_schema
+from udfs.retarget import FRAME_COLUMNS, GRAVITY_COLUMN, HAND_COLUMNS, guarded_retarget, load_embodiments
+
+__all__ = ["STAGE", "process"]
+
+logger = logging.getLogger(__name__)
+
+
+def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[EpisodeOutcome]:
+    """Retarget the episodes' wearer hands to every configured embodiment and write `robot_actions`."""
+    names, opts = ctx.cfg.embodiments, ctx.cfg.retarget
+    if not names:
+        logger.info("retarget: no embodiments configured (e.g. --set embodiments=[so100,panda]); "
+                    "%d episodes, nothing written", len(episodes))
+        return [EpisodeOutcome(e, "ok", 0, None, now(), now()) for e in episodes]
+    for emb in load_embodiments(names, opts):
+        logger.info("retarget: %s (%s, %d joints)", emb.name, emb.kind, emb.model.num_joints)
+    in_scope = F.col("episode_id").isin(episodes)
+    frames = read(ctx.spark, ctx.layout, FRAMES).where(in_scope).select(*FRAME_COLUMNS)
+    retargeted = F.col("identity").isin(list(opts.identities))
+    hands = read(ctx.spark, ctx.layout, HANDS_WORLD).where(in_scope & retargeted)
+    hands = hands.select(*HAND_COLUMNS, *([GRAVITY_COLUMN] if GRAVITY_COLUMN in hands.columns else []))
+    result = (
+        frames.groupBy("episode_id")
+        .cogroup(hands.groupBy("episode_id"))
+        .applyInPandas(partial(guarded_retarget, names=names, opts=opts),
+                       spark_schema(guarded_schema(ROBOT_ACTIONS.arrow)))
+    )
+    return write_guarded(ctx, lineage, episodes, result, ROBOT_ACTIONS)
+
+
+STAGE = Stage(
+    name="retarget",
+    version="1",
+    upstream="fusion",
+    config_sections=("embodiments", "retarget"),
+    outputs=(ROBOT_ACTIONS,),
+    process=process,
+)

@@ -1,0 +1,177 @@
+"""The retarget adapter on synthetic hands_world episodes whose wrists follow known robot trajectories."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pose_core.errors import EgolakeError, InputError
+from pose_core.retarget.arm import world_from_wrist_for_targets
+from pose_core.retarget.embodiment import Embodiment
+from pose_core.retarget.ik import pose_errors
+from pose_core.synth.robot_hands import FPS, joint_trajectory, keypoints_at_wrists, tcp_poses
+from schemas.tables import ROBOT_ACTIONS
+from udfs.guard import ERROR_KIND
+from udfs.retarget import RetargetStageOptions, guarded_retarget, load_embodiments, retarget_episode
+
+FRAMES = 120
+MISSING = slice(40, 55)  # frames where the left hand has no hands_world row
+EPISODE = "e0"
+
+
+@pytest.fixture(scope="module")
+def opts(shared_data: Path) -> RetargetStageOptions:
+    return RetargetStageOptions(robots_dir=str(shared_data / "robots"), base_placement="profile")
+
+
+def episode(emb: Embodiment, seeds: dict[str, int], aperture_m: np.ndarray
+            ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, np.ndarray]]:
+    """(frames, hands_world rows, true tool poses per identity): each hand made from a robot trajectory."""
+    ts = np.arange(FRAMES) / FPS + 3.0
+    frames = pd.DataFrame({"episode_id": EPISODE, "frame_idx": np.arange(FRAMES) + 100, "ts_s": ts})
+    rows, truth = [], {}
+    for identity, seed in seeds.items():
+        _, q = joint_trajectory(emb, FRAMES, seed)
+        truth[identity] = tcp_poses(emb, q)
+        kp = keypoints_at_wrists(world_from_wrist_for_targets(emb, truth[identity]),
+                                 identity == "wearer_right", aperture_m)
+        keep = np.ones(FRAMES, bool)
+        if identity == "wearer_left":
+            keep[MISSING] = False
+        rows.append(pd.DataFrame({"episode_id": EPISODE, "frame_idx": frames["frame_idx"][keep],
+                                  "identity": identity,
+                                  "keypoints_world_m": [k.ravel().astype(np.float32) for k in kp[keep]]}))
+    # A bystander's hand is not retargeted.
+    rows.append(rows[0].assign(identity="other_0"))
+    return frames, pd.concat(rows, ignore_index=True).sample(frac=1.0, random_state=0), truth
+
+
+def arm_rows(out: pd.DataFrame, identity: str) -> pd.DataFrame:
+    return out[out["identity"] == identity].sort_values("frame_idx").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("name", ["so100", "so101", "panda", "xarm7"])
+def test_reachable_hands_meet_the_issue_numbers(name: str, opts: RetargetStageOptions) -> None:
+    """Issue 7's done-when through the adapter: <= 5 mm mean, <= 2 cm max, <= 3 deg mean, limits held."""
+    (emb,) = load_embodiments([name], opts)
+    aperture = 0.045 + 0.025 * np.sin(2 * np.pi * 0.3 * np.arange(FRAMES) / FPS)
+    frames, hands, truth = episode(emb, {"wearer_left": 3, "wearer_right": 0}, aperture)
+    out = retarget_episode(frames, hands, [emb], opts)
+    assert list(out.columns) == ROBOT_ACTIONS.columns
+    assert sorted(set(out["identity"])) == ["wearer_left", "wearer_right"]
+    assert len(out) == 2 * FRAMES and set(out["embodiment"]) == {name}
+    for identity, target in truth.items():
+        rows = arm_rows(out, identity)
+        has = rows["joint_positions"].notna().to_numpy()
+        assert rows["joint_names"].iat[0] == list(emb.model.joint_names)
+        np.testing.assert_array_equal(rows["ts_s"], frames["ts_s"])
+        q = np.stack(rows["joint_positions"][has].to_list())
+        # Errors recomputed from the joints against the ground-truth tool poses.
+        e_p, e_r = pose_errors(tcp_poses(emb, q), target[has])
+        pos, rot = np.linalg.norm(e_p, axis=1), np.linalg.norm(e_r, axis=1)
+        assert pos.mean() <= 0.005 and pos.max() <= 0.02
+        assert np.degrees(rot.mean()) <= 3.0
+        assert np.all(q >= emb.lower) and np.all(q <= emb.upper)
+        ts = rows["ts_s"].to_numpy()[has]
+        step = np.abs(np.diff(q, axis=0)) / np.diff(ts)[:, None]
+        assert np.all(step <= emb.velocity * (1 + 1e-9))
+        assert np.all(rows["reachable"][has])
+        # The gripper follows the aperture (the profile's linear map; slow enough for its speed limit),
+        # up to the float32 keypoints of hands_world.
+        span = abs(emb.gripper.open - emb.gripper.closed)
+        np.testing.assert_allclose(rows["gripper"][has], emb.gripper.command(aperture[has]), atol=1e-5 * span)
+    left = arm_rows(out, "wearer_left")
+    gap = left.iloc[MISSING]
+    assert gap["joint_positions"].isna().all() and gap["gripper"].isna().all()
+    assert gap["ee_base"].isna().all() and not gap["reachable"].any()
+
+
+def test_unreachable_stretch_is_flagged(opts: RetargetStageOptions) -> None:
+    (emb,) = load_embodiments(["panda"], opts)
+    _, q = joint_trajectory(emb, FRAMES, 2)
+    target = tcp_poses(emb, q)
+    target[60:90, :3, 3] *= 4.0  # four times as far from the base
+    kp = keypoints_at_wrists(world_from_wrist_for_targets(emb, target), True, np.full(FRAMES, 0.05))
+    frames = pd.DataFrame({"episode_id": EPISODE, "frame_idx": np.arange(FRAMES),
+                           "ts_s": np.arange(FRAMES) / FPS})
+    hands = pd.DataFrame({"episode_id": EPISODE, "frame_idx": np.arange(FRAMES), "identity": "wearer_right",
+                          "keypoints_world_m": list(kp.reshape(FRAMES, -1))})
+    out = retarget_episode(frames, hands, [emb], opts)
+    assert not out["reachable"][60:90].any() and out["reachable"][:60].all()
+    assert (out["ee_error_m"][60:90] > emb.reach_position_tol_m).all()
+    assert out["joint_positions"].notna().all()  # bounded best effort, flagged
+
+
+def _moved(hands: pd.DataFrame, rot: np.ndarray, shift: tuple[float, float, float]) -> pd.DataFrame:
+    return hands.assign(keypoints_world_m=[(np.asarray(k, np.float64).reshape(21, 3) @ rot.T + shift).ravel()
+                                           for k in hands["keypoints_world_m"]])
+
+
+def test_wrist_median_placement_turns_and_moves_with_the_world(opts: RetargetStageOptions) -> None:
+    """A first camera rolled by 30 degrees and moved: with gravity rotated alike, the joints do not change."""
+    (emb,) = load_embodiments(["so101"], opts)
+    frames, hands, _ = episode(emb, {"wearer_right": 1}, np.full(FRAMES, 0.05))
+    # The z-up episode seen from a level camera (x right, y down, z forward): gravity is the camera's y.
+    cam_from_level = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
+    level_cam = _moved(hands, cam_from_level, (0.0, 0.0, 0.0))
+    c, s = np.cos(np.radians(30.0)), np.sin(np.radians(30.0))
+    roll = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+    rolled = _moved(level_cam, roll, (2.0, -1.0, 0.5))
+    rolled = rolled.assign(gravity_dir_world=[roll @ [0.0, 1.0, 0.0]] * len(hands))
+    median = replace(opts, base_placement="wrist_median")
+    a = retarget_episode(frames, level_cam, [emb], median)  # no gravity column: the default, the camera's y
+    b = retarget_episode(frames, rolled, [emb], median)
+    assert a["reachable"].mean() > 0.95
+    np.testing.assert_allclose(np.stack(a["joint_positions"]), np.stack(b["joint_positions"]), atol=1e-4)
+    np.testing.assert_array_equal(a["reachable"], b["reachable"])
+
+
+def test_allegro_follows_both_hands(opts: RetargetStageOptions) -> None:
+    """A left hand that mirrors the right one gives the right robot hand the same joints."""
+    (allegro,) = load_embodiments(["allegro"], opts)
+    rng = np.random.default_rng(0)
+    ts = np.arange(60) / FPS
+    yaw = 0.4 * np.sin(ts)
+    world_from_wrist = np.tile(np.eye(4), (60, 1, 1))
+    world_from_wrist[:, 0, 0], world_from_wrist[:, 0, 1] = np.cos(yaw), -np.sin(yaw)
+    world_from_wrist[:, 1, 0], world_from_wrist[:, 1, 1] = np.sin(yaw), np.cos(yaw)
+    world_from_wrist[:, :3, 3] = rng.normal(size=3)
+    right = keypoints_at_wrists(world_from_wrist, True, 0.05 + 0.03 * np.sin(3 * ts))
+    left = right * np.array([1.0, -1.0, 1.0])  # the mirror image in the world
+    frames = pd.DataFrame({"episode_id": EPISODE, "frame_idx": np.arange(60), "ts_s": ts})
+    hands = pd.concat([pd.DataFrame({"episode_id": EPISODE, "frame_idx": np.arange(60), "identity": ident,
+                                     "keypoints_world_m": list(kp.reshape(60, -1))})
+                       for ident, kp in (("wearer_right", right), ("wearer_left", left))])
+    out = retarget_episode(frames, hands, [allegro], opts)
+    q_r = np.stack(arm_rows(out, "wearer_right")["joint_positions"])
+    q_l = np.stack(arm_rows(out, "wearer_left")["joint_positions"])
+    np.testing.assert_allclose(q_l, q_r, atol=1e-6)
+    assert q_r.shape == (60, 16) and np.all(q_r >= allegro.lower) and np.all(q_r <= allegro.upper)
+    assert out["gripper"].isna().all() and out["ee_base"].isna().all() and out["reachable"].all()
+    assert out["ee_error_m"].max() < 0.05
+
+
+class TestErrors:
+    def test_unknown_profile_and_missing_urdf_are_named(self, opts: RetargetStageOptions,
+                                                         tmp_path: Path) -> None:
+        with pytest.raises(EgolakeError, match="no embodiment profile 'nope'.*so100"):
+            load_embodiments(["nope"], opts)
+        with pytest.raises(InputError) as err:
+            load_embodiments(["panda"], replace(opts, robots_dir=str(tmp_path)))
+        assert err.value.reason_code == "urdf_missing" and "panda.urdf" in str(err.value)
+
+    def test_failure_is_the_episode_error_row(self, opts: RetargetStageOptions) -> None:
+        frames = pd.DataFrame({"episode_id": EPISODE, "frame_idx": [0, 1], "ts_s": [0.0, 0.0]})
+        hands = pd.DataFrame({"episode_id": EPISODE, "frame_idx": [0, 1], "identity": "wearer_right",
+                              "keypoints_world_m": [np.zeros(63), np.zeros(63)]})
+        out = guarded_retarget(frames, hands, ["so101"], opts)
+        assert out["_row_kind"].tolist() == [ERROR_KIND] and "increasing" in out["_error"].iat[0]
+        assert out["episode_id"].iat[0] == EPISODE
+
+    def test_bad_placement(self) -> None:
+        with pytest.raises(ValueError, match="base_placement"):
+            RetargetStageOptions(base_placement="table")
