@@ -1,7 +1,8 @@
 """Stage `fusion`: world-frame hands per episode (groupBy(episode_id), cogroup) into `hands_world`.
 
 Inputs are light columns only: `frames` (times) joined with `camera_poses` (world_from_cam per
-frame), and `hands_cam` (keypoints, fits). An episode without camera poses fails with the error
+frame) and `videos.imu_path` (the IMU sidecar, read on the executor: metric scale and gravity), and
+`hands_cam` (keypoints, fits). An episode without camera poses fails with the error
 "no camera poses" and gets no rows.
 """
 
@@ -16,7 +17,7 @@ from pyspark.sql import functions as F
 from jobs.stage import EpisodeOutcome, Stage, StageContext, now, write_guarded
 from jobs.tables import Layout, Lineage, exists, read
 from schemas.base import spark_schema
-from schemas.tables import CAMERA_POSES, FRAMES, HANDS_CAM, HANDS_WORLD
+from schemas.tables import CAMERA_POSES, FRAMES, HANDS_CAM, HANDS_WORLD, VIDEOS
 from udfs.fusion import POSED_FRAME_COLUMNS, guarded_fuse_hands
 from udfs.guard import guarded_schema
 
@@ -34,7 +35,8 @@ def _camera_poses(spark: SparkSession, layout: Layout, episodes: list[str]) -> D
         return None
     poses = read(spark, layout, CAMERA_POSES).where(F.col("episode_id").isin(episodes))
     columns = ["episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_m"]
-    return poses.select(*columns, *(["scale_source"] if "scale_source" in poses.columns else []))
+    optional = [c for c in ("scale_source", "pose_quality") if c in poses.columns]
+    return poses.select(*columns, *optional)
 
 
 def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[EpisodeOutcome]:
@@ -47,8 +49,10 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
     posed_ids = {r["episode_id"] for r in poses.select("episode_id").distinct().collect()}
     in_scope = F.col("episode_id").isin(episodes)
     frames = read(ctx.spark, ctx.layout, FRAMES).where(in_scope).select("episode_id", "frame_idx", "ts_s")
-    posed = frames.join(poses, ["episode_id", "frame_idx"], "inner")
-    posed = posed.select(*POSED_FRAME_COLUMNS, *(["scale_source"] if "scale_source" in posed.columns else []))
+    imu = read(ctx.spark, ctx.layout, VIDEOS).where(in_scope).select("episode_id", "imu_path")
+    posed = frames.join(poses, ["episode_id", "frame_idx"], "inner").join(imu, "episode_id", "left")
+    optional = [c for c in ("scale_source", "pose_quality", "imu_path") if c in posed.columns]
+    posed = posed.select(*POSED_FRAME_COLUMNS, *optional)
     hands = read(ctx.spark, ctx.layout, HANDS_CAM).where(in_scope & F.col("episode_id").isin(list(posed_ids)))
     result = (
         posed.groupBy("episode_id")
@@ -65,7 +69,7 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
 
 STAGE = Stage(
     name="fusion",
-    version="1",
+    version="2",
     upstream="completion",
     config_sections=("fusion",),
     outputs=(HANDS_WORLD,),

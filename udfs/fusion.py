@@ -12,22 +12,33 @@ import logging
 import numpy as np
 import pandas as pd
 
+from pose_core.camera_poses.completion import PoseQuality
+from pose_core.camera_poses.scale import ImuScale, scale_from_imu
 from pose_core.errors import EgolakeError
 from pose_core.geometry.rigid3 import matrix_from_quat_wxyz
 from pose_core.hands import EpisodeFrames, EpisodeObservations, FusionOptions, fuse_episode
-from pose_core.hands.fusion import SCALE_SOURCES
+from pose_core.hands.fusion import SCALE_SOURCES, ScaleSource
 from schemas.tables import HANDS_WORLD
 from udfs.guard import run_unit
+from udfs.media.sidecars import read_imu
 
-__all__ = ["POSED_FRAME_COLUMNS", "fuse_hands", "guarded_fuse_hands"]
+__all__ = ["MEASURED_QUALITIES", "POSED_FRAME_COLUMNS", "fuse_hands", "guarded_fuse_hands"]
 
 logger = logging.getLogger(__name__)
 
-#: Columns of the posed-frame input; `scale_source` is optional (the camera poses' metric scale:
-#: when one of `SCALE_SOURCES`, `world_from_cam_t_m` is taken as metres).
+#: Columns of the posed-frame input. Optional: `scale_source` (the camera poses' metric scale: when
+#: one of `SCALE_SOURCES`, `world_from_cam_t_m` is taken as metres), `imu_path` (the episode's
+#: IMU sidecar, `videos.imu_path`: a metric scale candidate and the gravity direction) and
+#: `pose_quality` (only frames of `MEASURED_QUALITIES` give the IMU scale position equations).
 POSED_FRAME_COLUMNS: tuple[str, ...] = (
     "episode_id", "frame_idx", "ts_s", "world_from_cam_q_wxyz", "world_from_cam_t_m",
 )  # fmt: skip
+
+#: Pose qualities whose camera centre was measured (not held or interpolated).
+MEASURED_QUALITIES: tuple[str, ...] = (
+    PoseQuality.KEYFRAME.name.lower(),
+    PoseQuality.MOTION_ONLY.name.lower(),
+)
 
 
 def _stack(column: pd.Series, width: int) -> np.ndarray:
@@ -70,12 +81,43 @@ def _observations(hands: pd.DataFrame) -> EpisodeObservations:
     )
 
 
+def _imu_scale(frames: pd.DataFrame, posed: EpisodeFrames, opts: FusionOptions) -> ImuScale | None:
+    """The IMU's scale and gravity for the posed frames; None without an IMU sidecar (or disabled).
+
+    Frames whose camera centre was held or interpolated (`pose_quality` rotation_only /
+    interpolated) keep their rotation but give no position equations.
+
+    Raises:
+        InputError: the sidecar named by `imu_path` cannot be read (the message names the file).
+    """
+    paths = frames["imu_path"].dropna().unique() if "imu_path" in frames else []
+    if len(paths) == 0 or not opts.imu_scale.enabled:
+        return None
+    imu = read_imu(str(paths[0]))
+    measured = None
+    if "pose_quality" in frames:
+        quality = frames.set_index("frame_idx")["pose_quality"].reindex(posed.frame_idx)
+        measured = quality.isin(MEASURED_QUALITIES).to_numpy()
+    return scale_from_imu(
+        posed.ts_s, posed.world_from_cam, imu[:, 0], imu[:, 1:4], imu[:, 4:7], opts.imu_scale, measured
+    )
+
+
+def _scale_candidates(frames: pd.DataFrame, imu: ImuScale | None) -> dict[ScaleSource, float | None]:
+    """Scale candidates: camera poses already metric (`scale_source` column) and the IMU's answer."""
+    sources = frames["scale_source"].dropna().unique() if "scale_source" in frames else []
+    candidates: dict[ScaleSource, float | None] = {s: 1.0 for s in sources if s in SCALE_SOURCES}
+    if imu is not None:
+        candidates.setdefault("imu", imu.metres_per_unit)
+    return candidates
+
+
 def fuse_hands(frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions) -> pd.DataFrame:
     """`hands_world` rows of one episode.
 
     Args:
         frames: the episode's frames with their camera poses (`POSED_FRAME_COLUMNS`, optional
-            `scale_source`); rows without a pose are ignored.
+            `scale_source`, `imu_path`, `pose_quality`); rows without a pose are ignored.
         hands: the episode's `hands_cam` rows.
         opts: fusion settings.
 
@@ -84,15 +126,22 @@ def fuse_hands(frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions) -
 
     Raises:
         EgolakeError: no frame of the episode has a camera pose.
+        InputError: the episode's IMU sidecar cannot be read.
     """
     if hands.empty:
         return pd.DataFrame(columns=HANDS_WORLD.columns)
     episode_id = hands["episode_id"].iat[0]
     hands = hands.reset_index(drop=True)
     posed = _episode_frames(frames, hands)
-    sources = frames["scale_source"].dropna().unique() if "scale_source" in frames else []
-    candidates = {s: 1.0 for s in sources if s in SCALE_SOURCES}
-    fused = fuse_episode(posed, _observations(hands), opts, candidates)
+    imu = _imu_scale(frames, posed, opts)
+    if imu is not None:
+        logger.info(
+            "IMU scale episode=%s metres_per_unit=%s offset_s=%.4f excitation=%.3f rel_std=%.4f reason=%s",
+            episode_id, imu.metres_per_unit, imu.time_offset_s, imu.excitation_m_s2, imu.rel_std, imu.reason,
+        )  # fmt: skip
+    fused = fuse_episode(posed, _observations(hands), opts, _scale_candidates(frames, imu))
+    metric = fused.scale.scale_source != "none"
+    gravity = None if imu is None or imu.gravity_world is None else imu.gravity_world.tolist()
     ts = dict(zip(posed.frame_idx.tolist(), posed.ts_s.tolist(), strict=True))
     src = hands.reindex(np.where(fused.filled, 0, fused.observation)).reset_index(drop=True)
     filled = pd.Series(fused.filled)
@@ -108,6 +157,8 @@ def fuse_hands(frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions) -
             "handedness": src["handedness"].mask(filled),
             "identity_switch": fused.identity_switch,
             "scale_source": fused.scale.scale_source,
+            "metres_per_unit": fused.scale.metres_per_unit if metric else None,
+            "gravity_dir_world": [gravity] * len(fused.frame_idx),
             "reprojection_error_px": src["fit_residual_px"].mask(filled),
             "supporting_keypoints": src["fit_keypoints"].where(~filled, 0),
             "depth_source": src["depth_source"].where(~filled, "gap_fill"),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pose_core.camera_poses.scale import ImuScaleOptions
 from pose_core.errors import ShapeError
 from pose_core.hands.fusion import (
     ScaleChoice,
@@ -51,6 +52,8 @@ class FusionOptions:
     max_trusted_residual_px: float = 10.0
     # Metres per world unit of the camera poses given by the user; null when not known.
     user_metres_per_unit: float | None = None
+    # Metric scale (and gravity direction) from the episode's IMU sidecar, when it has one.
+    imu_scale: ImuScaleOptions = field(default_factory=ImuScaleOptions)
 
     def __post_init__(self) -> None:
         if (

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pose_core.camera_poses.scale import ImuScaleOptions
 from pose_core.geometry.camera import Camera
 from pose_core.geometry.rigid3 import quat_wxyz_from_matrix
 from pose_core.hands import FusionOptions, HandObservation
@@ -40,7 +41,7 @@ def _posed_frames(ep, episode_id="ep0"):
     )
 
 
-def _hands_cam(ep, rng, drop=0.1, flip=0.15, episode_id="ep0"):
+def noisy_hands_cam(ep, rng, drop=0.1, flip=0.15, episode_id="ep0"):
     """`hands_cam` rows of noisy detections: 10 % dropouts, handedness flipped in 15 % of them."""
     cam_from_world = np.linalg.inv(ep.world_from_cam)
     in_cam = (
@@ -64,7 +65,7 @@ def _hands_cam(ep, rng, drop=0.1, flip=0.15, episode_id="ep0"):
 
 
 def test_fused_world_hands_match_ground_truth(episode):
-    hands = _hands_cam(episode, np.random.default_rng(0))
+    hands = noisy_hands_cam(episode, np.random.default_rng(0))
     out = fuse_hands(_posed_frames(episode), hands, FusionOptions())
     assert list(out.columns) == HANDS_WORLD.columns
     assert not out.duplicated(["frame_idx", "identity"]).any()
@@ -92,14 +93,14 @@ def test_fused_world_hands_match_ground_truth(episode):
 
 
 def test_scale_source_and_user_scale_are_recorded(episode):
-    hands = _hands_cam(episode, np.random.default_rng(1))
+    hands = noisy_hands_cam(episode, np.random.default_rng(1))
     frames = _posed_frames(episode).assign(scale_source="stereo")
     assert (fuse_hands(frames, hands, FusionOptions())["scale_source"] == "stereo").all()
     shrunk = _posed_frames(episode)
     shrunk["world_from_cam_t_m"] = [t / 4.0 for t in shrunk["world_from_cam_t_m"]]  # units of 25 cm
     user = fuse_hands(shrunk, hands, FusionOptions(user_metres_per_unit=4.0))
     metric = fuse_hands(_posed_frames(episode), hands, FusionOptions())
-    assert (user["scale_source"] == "user").all()
+    assert (user["scale_source"] == "user").all() and (user["metres_per_unit"] == 4.0).all()
     np.testing.assert_allclose(
         np.stack(user["keypoints_world_m"].map(np.asarray)),
         np.stack(metric["keypoints_world_m"].map(np.asarray)),
@@ -107,8 +108,44 @@ def test_scale_source_and_user_scale_are_recorded(episode):
     )
 
 
+def _imu_csv(ep, path, rng):
+    """The episode's IMU as a sidecar CSV (`udfs.media.sidecars` format), with noise and a bias."""
+    accel = ep.imu.accel + rng.normal(0.0, 0.03, ep.imu.accel.shape) + np.array([0.1, -0.1, 0.05])
+    gyro = ep.imu.gyro + rng.normal(0.0, 0.003, ep.imu.gyro.shape)
+    rows = np.column_stack([ep.imu.ts_s, accel, gyro])
+    np.savetxt(path, rows, fmt="%.9f", delimiter=",", header="t_s,ax,ay,az,gx,gy,gz", comments="")
+    return str(path)
+
+
+def test_imu_makes_map_units_metric(episode, tmp_path):
+    """Poses in map units of 25 cm (noisy like tracking) + the IMU sidecar: scale_source imu, metric hands."""
+    rng = np.random.default_rng(4)
+    hands = noisy_hands_cam(episode, np.random.default_rng(1))
+    metric = fuse_hands(_posed_frames(episode), hands, FusionOptions())
+    shrunk = _posed_frames(episode).assign(imu_path=_imu_csv(episode, tmp_path / "ep0.imu.csv", rng))
+    noisy = [t + rng.normal(0.0, 0.002, 3) for t in shrunk["world_from_cam_t_m"]]  # 2 mm tracking noise
+    shrunk["world_from_cam_t_m"] = [t / 4.0 for t in noisy]
+    out = fuse_hands(shrunk, hands, FusionOptions())
+    assert (out["scale_source"] == "imu").all()
+    scale = out["metres_per_unit"].iat[0]
+    gravity = np.asarray(out["gravity_dir_world"].iat[0])
+    logger.info("IMU scale through fusion: %.4f m/unit (truth 4, error %+.2f %%), gravity %s", scale,
+                100 * (scale / 4.0 - 1.0), np.round(gravity, 4))  # fmt: skip
+    assert scale == pytest.approx(4.0, rel=0.05) and (out["metres_per_unit"] == scale).all()
+    assert np.degrees(np.arccos(-gravity[2])) < 1.0  # the synthetic world is z up
+    # Same hands as with metric poses: a 5 % scale error moves them ~6 cm (camera ~1.3 m from the origin).
+    kp, kp_metric = (
+        np.stack(o["keypoints_world_m"].map(np.asarray)).reshape(-1, 21, 3) for o in (out, metric)
+    )
+    assert len(kp) == len(kp_metric)
+    assert np.median(np.linalg.norm(kp - kp_metric, axis=-1)) < 0.01
+    assert metric["metres_per_unit"].isna().all() and metric["gravity_dir_world"].isna().all()
+    off = fuse_hands(shrunk, hands, FusionOptions(imu_scale=ImuScaleOptions(enabled=False)))
+    assert (off["scale_source"] == "none").all()
+
+
 def test_no_poses_is_a_clear_episode_failure(episode):
-    hands = _hands_cam(episode, np.random.default_rng(2))
+    hands = noisy_hands_cam(episode, np.random.default_rng(2))
     frames = _posed_frames(episode)
     frames["world_from_cam_q_wxyz"] = None
     out = guarded_fuse_hands(frames, hands, FusionOptions())
