@@ -55,7 +55,7 @@ class TrackingOptions:
     """Knobs of tracking."""
 
     # median rotation-compensated parallax needed to initialise a segment, degrees
-    init_min_parallax_deg: float = 1.0
+    init_min_parallax_deg: float = 0.8
     # inliers of the 5-point RANSAC needed to initialise
     init_min_inliers: int = 60
     # minimum shared tracks with the reference frame before the reference is moved forward (while

@@ -5,7 +5,9 @@ One pipeline run (ingest .. completion) is shared by the tests of this module.
 
 from __future__ import annotations
 
+import logging
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from tests.jobs.tables_util import table as _table
 
 pytestmark = [pytest.mark.spark]
+logger = logging.getLogger(__name__)
 
 FRAMES, SHARD_FRAMES = 240, 96
 CAMERA_TABLES = (
@@ -77,3 +80,51 @@ def test_rerunning_camera_stages_leaves_row_counts_unchanged(spark, camera_run):
     summary = run_pipeline(spark, cfg, None, out, stages=["tracking", "ba", "completion"])
     assert summary.counts["completion"]["ok"] == 1
     assert {name: len(_table(spark, out, name)) for name in CAMERA_TABLES} == before
+
+
+def test_fusion_makes_the_tracked_trajectory_metric_with_the_imu(spark, camera_run):
+    """Fusion over the tracked poses + the sample's IMU sidecar: scale_source imu, within 5 % of truth.
+
+    hands_cam is replaced by noisy ground-truth fits (the scale, not the estimator, is under test), so
+    this runs after the re-run test, whose tracking masks features with hands_cam's boxes.
+    """
+    from jobs import fusion
+    from jobs.stage import StageContext
+    from jobs.tables import Layout, Lineage, write
+    from pose_core.camera_poses.evaluation import evaluate_trajectory
+    from pose_core.geometry.rigid3 import nearest_rotation
+    from schemas.tables import HANDS_CAM
+    from tests.udfs.test_hands_fusion import noisy_hands_cam
+    from udfs.camera_tables import world_from_cam_from_columns
+    from udfs.fusion import MEASURED_QUALITIES
+
+    out, cfg, _, paths, _ = camera_run
+    poses = _table(spark, out, "camera_poses").sort_values("frame_idx")
+    episode_id = poses["episode_id"].iat[0]
+    measured = poses["pose_quality"].isin(MEASURED_QUALITIES).to_numpy()
+    est = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_m"])
+    gt = np.load(paths["world_from_cam"])
+    truth = evaluate_trajectory(est[measured], gt[measured]).scale  # metres per map unit, Sim(3) fit
+    # The sample's ground truth as the fields `noisy_hands_cam` reads (regenerating it would cost more).
+    truth_files = {
+        k: np.load(paths[k]) for k in ("world_from_cam", "hands_world", "hands_px", "hand_visible")
+    }
+    k_px = np.array([[500.0, 0.0, 319.5], [0.0, 500.0, 239.5], [0.0, 0.0, 1.0]])
+    episode = SimpleNamespace(num_frames=FRAMES, K=k_px, **truth_files)
+    hands = noisy_hands_cam(episode, np.random.default_rng(0), episode_id=episode_id)
+    layout, lineage = Layout(out), Lineage("run-imu", fusion.STAGE.version, "h")
+    write(spark.createDataFrame(hands), layout, HANDS_CAM, [episode_id], lineage)
+    [outcome] = fusion.process(StageContext(spark, cfg, layout, "run-imu"), lineage, [episode_id])
+    assert outcome.status == "ok", outcome
+    world = _table(spark, out, "hands_world")
+    assert (world["scale_source"] == "imu").all() and world["metres_per_unit"].nunique() == 1
+    scale = world["metres_per_unit"].iat[0]
+    # Gravity in the tracked world, compared in the ground-truth world (z up) through the best rotation.
+    gt_from_est = nearest_rotation(np.einsum("fij,fkj->ik", gt[measured, :3, :3], est[measured, :3, :3]))
+    gravity = gt_from_est @ np.asarray(world["gravity_dir_world"].iat[0])
+    gravity_err_deg = np.degrees(np.arccos(np.clip(-gravity[2], -1.0, 1.0)))
+    logger.info("IMU scale of the tracked poses: %.5f m/unit, truth %.5f (%+.2f %%); gravity off %.2f deg; "
+                "%d of %d frames measured", scale, truth, 100 * (scale / truth - 1), gravity_err_deg,
+                measured.sum(), FRAMES)  # fmt: skip
+    assert scale == pytest.approx(truth, rel=0.05)
+    assert gravity_err_deg < 2.0
