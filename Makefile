@@ -6,15 +6,22 @@ PY          := $(VENV)/bin/python
 EGOLAKE_HOME ?= $(HOME)/.cache/egolake
 JARS        := $(EGOLAKE_HOME)/jars
 DEMO_OUT    ?= demo_out
+# lerobot (consumer of the datasets: load test, export benchmark) in its own venv; see conf/lerobot-requirements.txt.
+LEROBOT_VENV ?= .venv-lerobot
+export EGOLAKE_LEROBOT_PYTHON ?= $(abspath $(LEROBOT_VENV))/bin/python
 export EGOLAKE_HOME
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup models demo test test-fast bench lint clean conf
+.PHONY: setup chromium models demo test test-fast bench lint clean conf
 
 ## setup: Python packages into .venv, Delta's jars from Maven Central into $(JARS),
 ## the hand models (from a PyPI wheel, hash-checked) into $(EGOLAKE_HOME)/models.
-setup: $(VENV)/.installed $(JARS)/.done models
+setup: $(VENV)/.installed $(JARS)/.done models $(LEROBOT_VENV)/.installed chromium
+
+## chromium: Debian's chromium for the QA page tests (playwright drives it; it never downloads a browser).
+chromium:
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
 
 models: $(VENV)/.installed
 	$(PY) -m conf.models
@@ -23,6 +30,11 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+$(LEROBOT_VENV)/.installed: conf/lerobot-requirements.txt
+	test -x $(LEROBOT_VENV)/bin/python || $(PYTHON) -m venv $(LEROBOT_VENV)
+	$(LEROBOT_VENV)/bin/python -m pip install -q -r conf/lerobot-requirements.txt
 	touch $@
 
 $(JARS)/.done: conf/jars/pom.xml
@@ -51,6 +63,8 @@ bench: setup
 	$(PY) -m bench.hands --out bench/results
 	$(PY) -m bench.ba_device --out bench/results --sizes 50x5000,200x20000
 	$(PY) -m bench.decode_overlap --out bench/results
+	$(PY) -m bench.export --out bench/results
+	$(PY) -m bench.retarget --out bench/results
 
 lint: setup
 	$(VENV)/bin/ruff check .

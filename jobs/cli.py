@@ -1,4 +1,4 @@
-"""The `egolake` command: run, status, sql, demo, sample.
+"""The `egolake` command: run, status, sql, demo, sample, datasets.
 
 Exit codes: 0 all done, 3 finished but some episode-stages failed (see `egolake status`),
 2 bad usage or configuration.
@@ -50,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("output", nargs="?", default="demo_out")
     demo.add_argument("--frames", type=int, default=90, help="frames of the generated clip")
     _add_config_args(demo)
+
+    ds = sub.add_parser("datasets", help="exported dataset versions: list, show a manifest, roll back latest")
+    ds.add_argument("action", choices=("list", "show", "rollback"))
+    ds.add_argument("output")
+    ds.add_argument("name", nargs="?", default="hands", help="dataset name (export.name; default hands)")
+    ds.add_argument("--to", help="version for show/rollback (default: latest / the one before latest)")
     return parser
 
 
@@ -67,6 +73,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     init_logging(args.verbose)
+    if args.command == "datasets":  # files only: no config, no Spark session
+        from jobs.datasets import command
+
+        try:
+            sys.stdout.write(command(args.action, args.output, args.name, args.to) + "\n")
+        except (ValueError, OSError) as exc:
+            sys.stderr.write(f"egolake: {exc}\n")
+            return EXIT_USAGE
+        return EXIT_OK
     try:
         from jobs.config import load_config
 
@@ -105,17 +120,24 @@ def _run(args, cfg, build_spark) -> int:  # noqa: ANN001
         args.until_stage,
         args.resume,
     )
-    _print_summary(summary)
+    _print_summary(summary, args.output)
     return EXIT_FAILURES if summary.failed else EXIT_OK
 
 
-def _print_summary(summary) -> None:  # noqa: ANN001
+def _print_summary(summary, output: str) -> None:  # noqa: ANN001
+    import os
+
+    from jobs.qa import index_path
+    from jobs.tables import Layout
+
     out = [f"run {summary.run_id}"]
     out += [
         f"  {stage:<12} ok={c['ok']} failed={c['failed']} skipped={c['skipped']}"
         for stage, c in summary.counts.items()
     ]
     out.append(f"  quarantined inputs: {summary.quarantined}")
+    if os.path.isfile(index_path(Layout(output))):
+        out.append(f"  QA report: {index_path(Layout(output))}")
     sys.stdout.write("\n".join(out) + "\n")
 
 
@@ -155,7 +177,7 @@ def _demo(args, cfg, build_spark) -> int:  # noqa: ANN001
     summary = run_pipeline(
         build_spark(cfg.spark), cfg, os.path.join(sample_dir, "videos"), args.output, resume=True
     )
-    _print_summary(summary)
+    _print_summary(summary, args.output)
     sys.stdout.write(f"tables in {args.output}/tables; try: egolake sql {args.output} 'SELECT * FROM runs'\n")
     return EXIT_FAILURES if summary.failed else EXIT_OK
 

@@ -22,9 +22,13 @@ from jobs.spark import SparkOptions
 from pose_core.camera_poses.completion import CompletionOptions
 from pose_core.camera_poses.features import FeatureOptions
 from pose_core.hands import FusionOptions
+from udfs.actions import ActionsOptions
 from udfs.hands import HandsOptions
+from udfs.lerobot import ExportOptions
 from udfs.media.decode import DecodeOptions
 from udfs.media.probe import ProbeOptions
+from udfs.qa_report import QAOptions
+from udfs.retarget import RetargetStageOptions
 from udfs.tracking import CameraTrackingOptions
 
 __all__ = [
@@ -89,6 +93,17 @@ class PipelineConfig:
     tracking: CameraTrackingOptions = field(default_factory=CameraTrackingOptions)
     # Stages ba and completion: global bundle adjustment of the keyframes, then a pose for every frame.
     completion: CompletionOptions = field(default_factory=CompletionOptions)
+    # Stage actions: action timeline per wearer hand (idle, reach, grasp, ...) and the episode's task text.
+    actions: ActionsOptions = field(default_factory=ActionsOptions)
+    # Robot profiles (conf/embodiments/<name>.yaml) the retarget stage writes `robot_actions` for,
+    # e.g. --set embodiments=[so100,panda]; empty: no retargeting (the stage writes nothing).
+    embodiments: tuple[str, ...] = ()
+    # Stage retarget: profiles and URDFs, robot base placement, arm and dexterous-hand solvers.
+    retarget: RetargetStageOptions = field(default_factory=RetargetStageOptions)
+    # Stage export: LeRobot v3 datasets (tensors, video, privacy), one immutable version per change.
+    export: ExportOptions = field(default_factory=ExportOptions)
+    # Stage qa: quality flags (thresholds) and the evidence pages under OUTPUT/qa.
+    qa: QAOptions = field(default_factory=QAOptions)
     # Episodes per stage batch: each batch is one Spark job and one Delta commit, so a killed run
     # loses at most one batch and progress is logged per batch.
     batch_episodes: int = 32

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from jobs import camera_poses, fusion, hands, ingest, priors
+from jobs import actions, camera_poses, export, fusion, hands, ingest, priors, qa, retarget
 from jobs.config import PipelineConfig, section_hash
 from jobs.stage import EpisodeOutcome, Stage, StageContext, record_runs, run_episode_stage
 from jobs.tables import Layout, Lineage
@@ -29,8 +29,10 @@ logger = logging.getLogger(__name__)
 #: hands comes before tracking (tracking drops features inside hands_cam boxes); fusion after completion.
 EPISODE_STAGES: tuple[Stage, ...] = (
     priors.STAGE, hands.STAGE, camera_poses.TRACKING, camera_poses.BA, camera_poses.COMPLETION, fusion.STAGE,
+    actions.STAGE, retarget.STAGE, qa.STAGE,
 )  # fmt: skip
-STAGE_NAMES: tuple[str, ...] = (ingest.STAGE_NAME, *(s.name for s in EPISODE_STAGES))
+#: export is dataset-level and last: it reads every stage's tables (special-cased like ingest).
+STAGE_NAMES: tuple[str, ...] = (ingest.STAGE_NAME, *(s.name for s in EPISODE_STAGES), export.STAGE_NAME)
 
 
 @dataclass
@@ -66,6 +68,8 @@ def stage_hashes(cfg: PipelineConfig) -> dict[str, str]:
     for stage in EPISODE_STAGES:
         salt = f"{stage.version}|{hashes[stage.upstream or ingest.STAGE_NAME]}"
         hashes[stage.name] = section_hash(cfg, stage.config_sections, salt=salt)
+    last = EPISODE_STAGES[-1].name
+    hashes[export.STAGE_NAME] = section_hash(cfg, ("export",), salt=f"{export.STAGE_VERSION}|{hashes[last]}")
     return hashes
 
 
@@ -115,6 +119,12 @@ def run_pipeline(  # noqa: PLR0913 - mirrors the CLI's options one to one
             summary.add(name, result.outcomes)
             summary.quarantined = result.quarantined
             scope = result.episodes
+            continue
+        if name == export.STAGE_NAME:  # dataset-level: all usable episodes of OUTPUT, one version
+            lineage = Lineage(ctx.run_id, export.STAGE_VERSION, hashes[name])
+            exported = export.run(ctx, lineage)
+            record_runs(ctx, name, lineage, exported.outcomes)
+            summary.add(name, exported.outcomes)
             continue
         stage = next(s for s in EPISODE_STAGES if s.name == name)
         outcomes = run_episode_stage(ctx, stage, hashes[name], scope, force)

@@ -186,6 +186,8 @@ HANDS_WORLD = TableSchema(
             pa.field("handedness", pa.string()),  # detector's guess in this frame; null when filled
             pa.field("identity_switch", pa.bool_()),  # another track held it at its last sighting
             pa.field("scale_source", pa.string()),  # stereo | imu | hand_contact | user | none
+            pa.field("metres_per_unit", pa.float64()),  # metres per camera_poses unit; null when source none
+            pa.field("gravity_dir_world", _F64_LIST),  # unit gravity (down) in world, 3 floats; null: no IMU
             pa.field("reprojection_error_px", pa.float32()),  # RMS error of the metric fit; null when filled
             pa.field("supporting_keypoints", pa.int32()),  # keypoints that supported the fit; 0 when filled
             pa.field("depth_source", pa.string()),  # hand_size_prior; "gap_fill" when filled
@@ -376,17 +378,17 @@ ROBOT_ACTIONS = TableSchema(
     arrow=pa.schema(
         [
             pa.field("episode_id", pa.string(), nullable=False),
-            pa.field("embodiment", pa.string(), nullable=False),  # profile name (conf/embodiments/<name>.yaml)
+            pa.field("embodiment", pa.string(), nullable=False),  # profile: conf/embodiments/<name>.yaml
             pa.field("identity", pa.string(), nullable=False),  # the wearer hand it follows
-            pa.field("frame_idx", pa.int64(), nullable=False),
+            pa.field("frame_idx", pa.int64(), nullable=False),  # every frame of the episode (frames)
             pa.field("ts_s", pa.float64()),
             pa.field("joint_names", pa.list_(pa.string())),  # order of `joint_positions`
             pa.field("joint_positions", _F64_LIST),  # rad or m, (J,); null where the hand is missing
-            pa.field("gripper", pa.float64()),  # gripper command; null for dexterous hands
-            pa.field("ee_target_base", _F64_LIST),  # wanted tool pose in the robot base, 4x4 row-major
-            pa.field("ee_base", _F64_LIST),  # reached tool pose, 4x4 row-major
-            pa.field("ee_error_m", pa.float32()),  # position error of the reached pose
-            pa.field("ee_error_rad", pa.float32()),  # orientation error of the reached pose
+            pa.field("gripper", pa.float64()),  # gripper command (profile units); null: no hand, or a hand
+            pa.field("ee_target_base", _F64_LIST),  # wanted tool pose in the robot base, 4x4 row-major; arms
+            pa.field("ee_base", _F64_LIST),  # reached tool pose, 4x4 row-major; arms
+            pa.field("ee_error_m", pa.float32()),  # arm: tool position error; hand: mean vector error
+            pa.field("ee_error_rad", pa.float32()),  # orientation error of the reached pose; arms
             pa.field("reachable", pa.bool_()),  # within the profile's tolerances; false: flagged, not used
         ]
     ),

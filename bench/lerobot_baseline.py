@@ -1,0 +1,77 @@
+"""The baseline side of bench/export.py, run by lerobot's interpreter (.venv-lerobot).
+
+    <lerobot python> bench/lerobot_baseline.py JOB.json
+
+Writes the same episodes as an egolake export with lerobot's own recorder API:
+`LeRobotDataset.create` + `add_frame` per frame + `save_episode` per episode + `finalize`, with the
+same features, codec and encoder settings. Frames are decoded with PyAV and resized with OpenCV,
+as egolake's executors do. Prints one JSON line: wall and CPU seconds of the whole write.
+"""
+
+import json
+import resource
+import sys
+import time
+
+import av
+import cv2
+import numpy as np
+import pyarrow.parquet as pq
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+
+def _cpu_s() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _frames(path: str, wanted: np.ndarray, width: int, height: int) -> list[np.ndarray]:
+    out, by_idx, keep = [], {}, set(wanted.tolist())
+    with av.open(path) as container:
+        for i, frame in enumerate(container.decode(video=0)):
+            if i > wanted[-1]:
+                break
+            if i in keep:
+                by_idx[i] = cv2.resize(
+                    frame.to_ndarray(format="rgb24"), (width, height), interpolation=cv2.INTER_AREA
+                )
+    for i in wanted:
+        out.append(by_idx[int(i)])
+    return out
+
+
+def main() -> None:
+    """Write the job's episodes with lerobot's recorder and print the timing as one JSON line."""
+    with open(sys.argv[1], encoding="utf-8") as fh:
+        job = json.load(fh)
+    features = {k: {**v, "shape": tuple(v["shape"])} for k, v in job["features"].items()}
+    t0, c0 = time.perf_counter(), _cpu_s()
+    ds = LeRobotDataset.create(
+        job["repo_id"],
+        fps=job["fps"],
+        features=features,
+        root=job["root"],
+        use_videos=True,
+        vcodec=job["vcodec"],
+    )
+    key = job["video_key"]
+    for episode in job["episodes"]:
+        table = pq.read_table(episode["data"]).to_pandas()
+        images = _frames(episode["video"], table["source_frame_idx"].to_numpy(), job["width"], job["height"])
+        names = [n for n in table.columns if n in features and features[n]["dtype"] != "video"]
+        for k in range(len(table)):
+            frame = {
+                n: np.asarray(table[n].iat[k], dtype=features[n]["dtype"]).reshape(features[n]["shape"])
+                for n in names
+            }
+            frame[key] = images[k]
+            frame["task"] = episode["task"]
+            ds.add_frame(frame)
+        ds.save_episode()
+    ds.finalize()
+    timing = {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu_s() - c0, "frames": ds.meta.total_frames}
+    sys.stdout.write(json.dumps(timing) + "\n")
+
+
+if __name__ == "__main__":
+    main()

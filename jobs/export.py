@@ -1,0 +1,410 @@
+"""Stage `export`: every usable episode of OUTPUT into one new LeRobot v3 dataset version.
+
+Dataset-level, not an episode `Stage` (like ingest it is special-cased in `run_pipeline`):
+
+1. Candidates are all episodes whose latest `fusion` status is ok (the whole OUTPUT, not only this
+   run's INPUT: a dataset holds every good episode). Left out, with reasons in the manifest: QA
+   failures (when the `qa` table exists), too few frames with a wearer hand, upstream failures.
+2. "Nothing changed": the fingerprint of the included episodes' sources (hands_world config hash
+   and stage version, video content hash, QA verdict, metric scale) and the export config equals
+   the latest version's -> no new version, every episode `skipped`.
+3. The driver plans indices (`udfs.lerobot.dataset.plan_episodes`); executors write the
+   per-episode data and video files in parallel into `datasets/<name>/_staging/<run_id>/`
+   (`cogroup(...).applyInPandas` grouped by a per-episode `_slot` chosen so that hash partitioning
+   spreads episode k to task k mod n: no hash collisions, nothing for adaptive execution to merge)
+   and return metadata rows.
+4. The driver writes meta/, the card and the manifest, and publishes `v<N>` (`jobs.datasets`).
+
+An episode whose unit fails is left out and the export is redone without it (indices must be
+contiguous); its `runs` row is failed. Per-robot datasets `<name>-<embodiment>` (issue #7) take the
+same path with `robot_actions` rows instead of `hands_world` (state = joint positions + gripper of
+each followed hand, action = next / delta), one version history each.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from functools import partial
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from jobs import datasets
+from jobs.config import encode
+from jobs.stage import EpisodeOutcome, StageContext, latest_runs, now
+from jobs.tables import Lineage, exists, read
+from pose_core.training import HAND_IDENTITIES
+from schemas.base import spark_schema
+from schemas.tables import CAMERA_POSES, FRAMES, HANDS_WORLD, QA, ROBOT_ACTIONS, VIDEOS
+from udfs.guard import ERROR_KIND, guarded_schema
+from udfs.lerobot import ExportOptions, dataset_spec
+from udfs.lerobot.dataset import finish_dataset, plan_episodes, write_card
+from udfs.lerobot.episode import EPISODE_META, PLAN_COLUMNS, RobotLayout, guarded_export_episode, robot_spec
+
+__all__ = ["STAGE_NAME", "STAGE_VERSION", "UPSTREAM", "ExportResult", "run"]
+
+logger = logging.getLogger(__name__)
+
+STAGE_NAME = "export"
+STAGE_VERSION = "1"
+#: The stage whose ok episodes are candidates.
+UPSTREAM = "fusion"
+_CARD_NOTES = """## Conventions
+
+World frame: the first frame's camera (x right, y down, z forward), per episode. Dataset frame k is at
+`timestamp = k / fps`; its values come from the source frame nearest in presentation time (sample and
+hold, `source_frame_idx`), never interpolated. A missing hand or camera pose is written as zeros and
+`observation.present` is 0 there: always apply the mask. `action` is `{action_mode}`; `action_valid`
+says where it is defined. Statistics (`meta/stats.json`) of masked features count valid frames only.
+Camera translation is metric when the episode's `scale_source` is not `none` (metres_per_unit applied);
+otherwise it is in the map's arbitrary units. Video: {codec}, {width}x{height}, letterboxed, faces
+blurred: {blur}."""
+
+
+@dataclass
+class ExportResult:
+    """What an export did: the version published (None: nothing new), per-episode outcomes, robot datasets."""
+
+    version: str | None
+    outcomes: list[EpisodeOutcome] = field(default_factory=list)
+    manifest: dict[str, Any] | None = None
+    robot_versions: dict[str, str | None] = field(default_factory=dict)  # per-robot dataset: version
+
+
+def _exclusions(ctx: StageContext, opts: ExportOptions) -> tuple[list[str], dict[str, str]]:
+    """(candidate episodes, {excluded episode: reason}) from `runs` and the `qa` table."""
+    latest = latest_runs(ctx.spark, ctx.layout)
+    up = latest[latest["stage"] == UPSTREAM]
+    candidates = sorted(up[up["status"] == "ok"]["episode_id"])
+    excluded = {
+        r.episode_id: f"{UPSTREAM} failed: {r.error}" for r in up[up["status"] == "failed"].itertuples()
+    }
+    if exists(ctx.layout, QA) and candidates:
+        qa = read(ctx.spark, ctx.layout, QA).where(F.col("episode_id").isin(candidates) & ~F.col("passed"))
+        for row in qa.select("episode_id", "reasons").collect():
+            excluded[row["episode_id"]] = "qa failed: " + "; ".join(row["reasons"] or ["no reason given"])
+    return [e for e in candidates if e not in excluded], excluded
+
+
+def _summaries(ctx: StageContext, episodes: list[str], opts: ExportOptions) -> pd.DataFrame:
+    """One row per episode: times, frame and hand counts, lineage, source video, scale."""
+    spark, layout, scope = ctx.spark, ctx.layout, F.col("episode_id").isin(episodes)
+    times = (
+        read(spark, layout, FRAMES)
+        .where(scope)
+        .groupBy("episode_id")
+        .agg(F.min("ts_s").alias("ts_first"), F.max("ts_s").alias("ts_last"), F.count("*").alias("frames"))
+    )
+    hands = _wearer_hands(read(spark, layout, HANDS_WORLD).where(scope), opts)
+    extra = (
+        [F.first("metres_per_unit", ignorenulls=True).alias("metres_per_unit")]
+        if ("metres_per_unit" in hands.columns)
+        else []
+    )
+    hand_rows = hands.groupBy("episode_id").agg(
+        F.countDistinct("frame_idx").alias("hand_frames"),
+        F.first("scale_source").alias("scale_source"),
+        F.first("config_hash").alias("hands_config_hash"),
+        F.first("stage_version").alias("hands_stage_version"),
+        F.collect_set("run_id").alias("hands_run_ids"),
+        *extra,
+    )
+    videos = (
+        read(spark, layout, VIDEOS)
+        .where(scope)
+        .select("episode_id", "source_path", "decoder", "task_text", "content_sha256")
+    )
+    out = times.join(videos, "episode_id").join(hand_rows, "episode_id", "left").toPandas()
+    if "metres_per_unit" not in out:
+        out["metres_per_unit"] = 1.0
+    out["metres_per_unit"] = out["metres_per_unit"].fillna(1.0)
+    out["hand_frames"] = out["hand_frames"].fillna(0).astype(int)
+    return out.sort_values("episode_id").reset_index(drop=True)
+
+
+def _wearer_hands(hands: DataFrame, opts: ExportOptions) -> DataFrame:
+    rows = hands.where(F.col("identity").isin(list(HAND_IDENTITIES)))
+    return rows if opts.tensors.use_filled else rows.where(~F.col("filled"))
+
+
+def _fingerprint(
+    summary: pd.DataFrame, opts: ExportOptions, qa: dict[str, str], robot: RobotLayout | None
+) -> str:
+    columns = ["episode_id", "hands_config_hash", "hands_stage_version", "content_sha256", "metres_per_unit"]
+    sources = summary[columns + (["robot_config_hash"] if robot else [])].to_dict("records")
+    content = {"exporter": STAGE_VERSION, "export": encode(opts), "episodes": sources, "qa": qa}
+    return datasets.fingerprint({**content, "robot": None if robot is None else asdict(robot)})
+
+
+def _source_rows(
+    ctx: StageContext, scope: Column, opts: ExportOptions, robot: RobotLayout | None
+) -> DataFrame:
+    """The second input of the units: wearer `hands_world` rows, or the embodiment's `robot_actions` rows."""
+    if robot is None:
+        return _wearer_hands(read(ctx.spark, ctx.layout, HANDS_WORLD).where(scope), opts).select(
+            "episode_id", "frame_idx", "identity", "keypoints_world_m", "filled"
+        )
+    rows = read(ctx.spark, ctx.layout, ROBOT_ACTIONS).where(scope & (F.col("embodiment") == robot.embodiment))
+    return rows.select("episode_id", "frame_idx", "identity", "joint_positions", "gripper", "reachable")
+
+
+def _slot_values(ctx: StageContext, n: int, count: int) -> list[int]:
+    """`count` distinct integers, the k-th one sent to partition k mod n by Spark's hash partitioning."""
+    probe = ctx.spark.range(0, 64 * max(n, count)).select("id", F.expr(f"pmod(hash(id), {n})").alias("p"))
+    by_partition = probe.toPandas().groupby("p")["id"].apply(sorted)
+    try:
+        return [int(by_partition[k % n][k // n]) for k in range(count)]
+    except (KeyError, IndexError) as exc:
+        raise RuntimeError(f"too few integers hash to each of {n} partitions for {count} episodes") from exc
+
+
+def _write_files(
+    ctx: StageContext, plan: pd.DataFrame, opts: ExportOptions, robot: RobotLayout | None
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Executors write the planned episodes' files; returns (metadata rows, {failed episode: error})."""
+    episodes = plan["episode_id"].tolist()
+    scope = F.col("episode_id").isin(episodes)
+    n_tasks = max(1, min(len(episodes), 4 * ctx.spark.sparkContext.defaultParallelism))
+    slots = _slot_values(ctx, n_tasks, len(plan))
+    plan = plan.assign(_slot=[slots[i] for i in plan["episode_index"]])
+    planned = F.broadcast(ctx.spark.createDataFrame(plan[["episode_id", "_slot", *PLAN_COLUMNS]]))
+    frames = read(ctx.spark, ctx.layout, FRAMES).where(scope).select("episode_id", "frame_idx", "ts_s")
+    poses = (
+        read(ctx.spark, ctx.layout, CAMERA_POSES)
+        .where(scope)
+        .select("episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_m")
+    )
+    posed = frames.join(poses, ["episode_id", "frame_idx"], "left").join(planned, "episode_id")
+    slot_of = F.broadcast(
+        ctx.spark.createDataFrame(plan[["episode_id", "_slot"]])
+    )  # not `planned`: no self-join
+    rows = _source_rows(ctx, scope, opts, robot).join(slot_of, "episode_id")
+    unit = partial(guarded_export_episode, opts=opts, robot=robot)
+    # `_slot`: one integer per episode, chosen so that hash partitioning puts episode k in partition
+    # k mod n. Grouped by `_slot` the cogroup needs no further shuffle, so adaptive execution cannot merge
+    # the tasks, and no two episodes share a task by a hash collision while cores are idle.
+    result = (
+        posed.repartition(n_tasks, "_slot")
+        .groupBy("_slot")
+        .cogroup(rows.repartition(n_tasks, "_slot").groupBy("_slot"))
+        .applyInPandas(unit, spark_schema(guarded_schema(EPISODE_META)))
+        .toPandas()
+    )
+    failed = result[result["_row_kind"] == ERROR_KIND]
+    return result[result["_row_kind"] != ERROR_KIND], dict(
+        zip(failed["episode_id"], failed["_error"], strict=True)
+    )
+
+
+def _manifest(  # noqa: PLR0913 - the parts a manifest records
+    ctx: StageContext,
+    lineage: Lineage,
+    opts: ExportOptions,
+    plan: pd.DataFrame,
+    metas: pd.DataFrame,
+    excluded: dict[str, str],
+    fingerprint: str,
+    robot: RobotLayout | None,
+) -> dict[str, Any]:
+    rows = plan.merge(metas[["episode_id", "faces_blurred", "worker"]], on="episode_id")
+    return {
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "run_id": ctx.run_id,
+        "source_run_ids": sorted({r for ids in plan["hands_run_ids"] for r in ids}),
+        "config_hash": lineage.config_hash,
+        "stage_versions": {
+            STAGE_NAME: STAGE_VERSION,
+            "hands_world": sorted(set(plan["hands_stage_version"])),
+        },
+        "fingerprint": fingerprint,
+        "format": "lerobot v3.0",
+        "embodiment": None if robot is None else robot.embodiment,
+        "fps": opts.tensors.fps,
+        "codec": opts.codec,
+        "action_mode": opts.tensors.action_mode,
+        "export_config": encode(opts),
+        "counts": {
+            "episodes": len(plan),
+            "frames": int(plan["length"].sum()),
+            "excluded": len(excluded),
+            "faces_blurred": int(rows["faces_blurred"].sum()),
+        },
+        "episodes": [
+            {
+                "episode_index": int(r.episode_index),
+                "episode_id": r.episode_id,
+                "length": int(r.length),
+                "task": r.task,
+                "scale_source": r.scale_source,
+                "metres_per_unit": float(r.metres_per_unit),
+                "source_path": r.source_path,
+                "hands_config_hash": r.hands_config_hash,
+                "worker": r.worker,
+            }
+            for r in rows.itertuples()
+        ],
+        "exclusions": [{"episode_id": e, "reason": why} for e, why in sorted(excluded.items())],
+    }
+
+
+def _stage_files(
+    ctx: StageContext, summary: pd.DataFrame, opts: ExportOptions, staging: str, robot: RobotLayout | None
+) -> tuple[pd.DataFrame, list[str], pd.DataFrame, dict[str, str]]:
+    """Plan and write the episodes' files; an episode whose unit fails is dropped and the rest redone.
+
+    Returns:
+        (plan, tasks, metadata rows, {failed episode: error}); the plan is empty when all failed.
+    """
+    failed: dict[str, str] = {}
+    while True:  # every pass drops at least one episode or ends
+        shutil.rmtree(staging, ignore_errors=True)
+        os.makedirs(staging)
+        plan, tasks = plan_episodes(
+            summary[~summary["episode_id"].isin(failed)], opts.tensors.fps, opts.default_task
+        )
+        plan["staging_root"] = staging
+        if plan.empty:
+            return plan, tasks, pd.DataFrame(columns=EPISODE_META.names), failed
+        metas, new_failures = _write_files(ctx, plan, opts, robot)
+        if not new_failures:
+            return plan, tasks, metas, failed
+        failed.update(new_failures)
+
+
+def _usable(ctx: StageContext, opts: ExportOptions) -> tuple[pd.DataFrame, dict[str, str]]:
+    """(summaries of the episodes to export, {left-out episode: reason})."""
+    included, excluded = _exclusions(ctx, opts)
+    if not included:
+        return pd.DataFrame(columns=["episode_id"]), excluded
+    summary = _summaries(ctx, included, opts)
+    for r in summary[summary["hand_frames"] < opts.min_hand_fraction * summary["frames"]].itertuples():
+        excluded[r.episode_id] = (
+            f"no usable hands: a wearer hand in {r.hand_frames} of {r.frames} frames "
+            f"(< export.min_hand_fraction {opts.min_hand_fraction})"
+        )
+    return summary[~summary["episode_id"].isin(excluded)].reset_index(drop=True), excluded
+
+
+def _robot_targets(
+    ctx: StageContext, opts: ExportOptions, summary: pd.DataFrame, excluded: dict[str, str]
+) -> list[tuple[RobotLayout, pd.DataFrame, dict[str, str]]]:
+    """Per embodiment in `robot_actions`: its layout, the usable episodes it has rows for, its exclusions."""
+    if not opts.robot_datasets or summary.empty or not exists(ctx.layout, ROBOT_ACTIONS):
+        return []
+    rows = read(ctx.spark, ctx.layout, ROBOT_ACTIONS).where(
+        F.col("episode_id").isin(list(summary["episode_id"]))
+    )
+    arms = (
+        rows.groupBy("embodiment", "identity")
+        .agg(
+            F.first("joint_names", ignorenulls=True).alias("joint_names"),
+            F.max(F.col("gripper").isNotNull().cast("int")).alias("gripper"),
+        )
+        .toPandas()
+    )
+    hashes = (
+        rows.groupBy("embodiment", "episode_id")
+        .agg(F.first("config_hash").alias("robot_config_hash"))
+        .toPandas()
+    )
+    targets = []
+    arms = arms[arms["joint_names"].notna()].sort_values(["embodiment", "identity"])
+    for embodiment, mine in arms.groupby("embodiment"):
+        if mine.empty:
+            continue
+        grip = [bool(g) for g in mine["gripper"]]
+        names = tuple(
+            tuple([*j, "gripper"] if g else list(j)) for j, g in zip(mine["joint_names"], grip, strict=True)
+        )
+        layout = RobotLayout(str(embodiment), tuple(mine["identity"]), names, tuple(grip))
+        ok = summary.merge(
+            hashes[hashes["embodiment"] == embodiment].drop(columns="embodiment"), on="episode_id"
+        )
+        missing = {
+            e: f"no robot_actions rows for {embodiment}"
+            for e in summary["episode_id"]
+            if e not in set(ok["episode_id"])
+        }
+        targets.append((layout, ok, {**excluded, **missing}))
+    return targets
+
+
+def _publish_dataset(  # noqa: PLR0913 - one dataset: where, what, and which episodes
+    ctx: StageContext,
+    lineage: Lineage,
+    name: str,
+    summary: pd.DataFrame,
+    excluded: dict[str, str],
+    robot: RobotLayout | None,
+) -> ExportResult:
+    """Write and publish one dataset version from `summary`'s episodes (none when nothing changed)."""
+    opts: ExportOptions = ctx.cfg.export
+    started, root = now(), ctx.layout.datasets
+    left_out = [EpisodeOutcome(e, "skipped", 0, why, started, now()) for e, why in sorted(excluded.items())]
+    if summary.empty:
+        logger.warning(
+            "export: no usable episode for %s (%d left out); no version written", name, len(excluded)
+        )
+        return ExportResult(None, left_out)
+    qa = {e: r for e, r in excluded.items() if r.startswith("qa")}
+    fingerprint = _fingerprint(summary, opts, qa, robot)
+    latest = datasets.latest_version(root, name)
+    if latest and datasets.read_manifest(root, name, latest).get("fingerprint") == fingerprint:
+        logger.info("export: nothing changed since %s/%s; no new version", name, latest)
+        same = [
+            EpisodeOutcome(e, "skipped", 0, f"unchanged since {latest}", started, now())
+            for e in summary["episode_id"]
+        ]
+        return ExportResult(None, same + left_out)
+    staging = datasets.staging_dir(root, name, ctx.run_id)
+    try:
+        plan, tasks, metas, failed = _stage_files(ctx, summary, opts, staging, robot)
+        failures = [EpisodeOutcome(e, "failed", 0, m, started, now()) for e, m in sorted(failed.items())]
+        if plan.empty:
+            return ExportResult(None, failures + left_out)
+        spec = dataset_spec(opts) if robot is None else robot_spec(opts, robot)
+        finish_dataset(staging, spec, opts.tensors.fps, plan, metas, tasks)
+        manifest = _manifest(ctx, lineage, opts, plan, metas, {**excluded, **failed}, fingerprint, robot)
+        notes = _CARD_NOTES.format(
+            action_mode=opts.tensors.action_mode,
+            codec=opts.codec,
+            width=opts.image_width,
+            height=opts.image_height,
+            blur=opts.privacy.enabled,
+        )
+        version = datasets.publish(
+            staging, root, name, manifest, lambda folder, m: write_card(folder, spec, m, notes)
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    done = [
+        EpisodeOutcome(r.episode_id, "ok", int(r.length), None, started, now()) for r in plan.itertuples()
+    ]
+    logger.info(
+        "export: %s/%s with %d episodes, %d left out", name, version, len(plan), len(excluded) + len(failed)
+    )
+    return ExportResult(version, done + failures + left_out, {**manifest, "version": version})
+
+
+def run(ctx: StageContext, lineage: Lineage) -> ExportResult:
+    """Export every usable episode as a new version of `export.name`, then one dataset per embodiment.
+
+    Even a forced run (`--from-stage`, no `--resume`) publishes no version when the fingerprint is
+    the latest version's: the content decides, not the run. Per-robot datasets (`<name>-<embodiment>`,
+    from `robot_actions` when `export.robot_datasets` and the table exists) are versioned the same way;
+    the returned outcomes (the `runs` rows) are those of the human-hands dataset.
+    """
+    opts: ExportOptions = ctx.cfg.export
+    summary, excluded = _usable(ctx, opts)
+    result = _publish_dataset(ctx, lineage, opts.name, summary, excluded, None)
+    for robot, robot_summary, robot_excluded in _robot_targets(ctx, opts, summary, excluded):
+        name = f"{opts.name}-{robot.embodiment}"
+        robot_result = _publish_dataset(ctx, lineage, name, robot_summary, robot_excluded, robot)
+        result.robot_versions[name] = robot_result.version
+    return result

@@ -1,0 +1,106 @@
+"""Feature statistics in LeRobot's layout (min, max, mean, std, count, q01..q99), masked and aggregated.
+
+Convention:
+    Vector features: each statistic has the feature's shape `(D,)`; `count` is `(1,)`, the number
+    of frames. With a validity mask only the valid frames of each dimension count (a zero-filled
+    missing hand does not pull the mean to 0); a dimension valid nowhere gets 0 for every statistic
+    and weight 0 when episodes are aggregated. Images: channel statistics of values in [0, 1],
+    shape `(3, 1, 1)`. Episodes aggregate as LeRobot does (`compute_stats.aggregate_feature_stats`):
+    count-weighted means, pooled variance, min of mins, max of maxes, count-weighted quantiles;
+    here the weights are the per-dimension valid counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pose_core.errors import ShapeError
+
+__all__ = ["QUANTILES", "aggregate_stats", "feature_stats", "image_stats"]
+
+logger = logging.getLogger(__name__)
+
+#: Quantile statistics LeRobot 0.4 stores, by key.
+QUANTILES: dict[str, float] = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
+_IMAGE_STEP_TARGET_PX = 150  # images are subsampled to about this long side before statistics
+
+
+def feature_stats(
+    values: np.ndarray, valid: NDArray[np.bool_] | None = None
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Statistics of one vector feature over an episode's frames.
+
+    Args:
+        values: `(T, D)` per-frame values.
+        valid: `(T, D)` bool, or None when every value counts.
+
+    Returns:
+        (stats, weights): LeRobot statistics (each `(D,)`, `count` `(1,)`) and the per-dimension
+        number of valid frames `(D,)` used to aggregate episodes.
+    """
+    x = np.asarray(values, np.float64)
+    if x.ndim != 2:
+        raise ShapeError("feature values", x.shape, "(T, D)")
+    ok = np.ones(x.shape, bool) if valid is None else np.asarray(valid, bool)
+    weights = ok.sum(axis=0).astype(np.int64)
+    masked = np.where(ok, x, np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: set to 0 below
+        stats = {
+            "min": np.nanmin(masked, axis=0) if len(x) else np.zeros(x.shape[1]),
+            "max": np.nanmax(masked, axis=0) if len(x) else np.zeros(x.shape[1]),
+            "mean": np.nanmean(masked, axis=0),
+            "std": np.nanstd(masked, axis=0),
+            **{k: np.nanquantile(masked, q, axis=0) for k, q in QUANTILES.items()},
+        }
+    stats = {k: np.nan_to_num(v, nan=0.0) for k, v in stats.items()}
+    stats["count"] = np.array([len(x)], np.int64)
+    return stats, weights
+
+
+def image_stats(frames_rgb: NDArray[np.uint8]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Channel statistics of RGB frames `(N, H, W, 3)` uint8, values scaled to [0, 1], each `(3, 1, 1)`.
+
+    Returns:
+        (stats, weights): the statistics (`count` = N) and weights `(3, 1, 1)` = N.
+    """
+    if frames_rgb.ndim != 4 or frames_rgb.shape[-1] != 3:
+        raise ShapeError("frames", frames_rgb.shape, "(N, H, W, 3)")
+    step = max(1, max(frames_rgb.shape[1:3]) // _IMAGE_STEP_TARGET_PX)
+    pixels = frames_rgb[:, ::step, ::step].reshape(-1, 3).astype(np.float64) / 255.0
+    stats, _ = feature_stats(pixels)
+    out = {k: v.reshape(3, 1, 1) for k, v in stats.items() if k != "count"}
+    out["count"] = np.array([len(frames_rgb)], np.int64)
+    return out, np.full((3, 1, 1), len(frames_rgb), np.int64)
+
+
+def aggregate_stats(parts: list[tuple[dict[str, np.ndarray], np.ndarray]]) -> dict[str, np.ndarray]:
+    """Dataset statistics of one feature from its episodes' `(stats, weights)`.
+
+    Dimensions valid in no episode get 0 for every statistic.
+    """
+    if not parts:
+        raise ValueError("aggregate_stats needs at least one episode's statistics")
+    w = np.stack([np.asarray(p[1], np.float64) for p in parts])
+    total = w.sum(axis=0)
+    denom = np.where(total > 0, total, 1.0)
+
+    def stack(key: str) -> np.ndarray:
+        return np.stack([np.asarray(p[0][key], np.float64) for p in parts])
+
+    mean = (stack("mean") * w).sum(axis=0) / denom
+    var = ((stack("std") ** 2 + (stack("mean") - mean) ** 2) * w).sum(axis=0) / denom
+    has = w > 0
+    out = {
+        "min": np.where(total > 0, np.where(has, stack("min"), np.inf).min(axis=0), 0.0),
+        "max": np.where(total > 0, np.where(has, stack("max"), -np.inf).max(axis=0), 0.0),
+        "mean": mean,
+        "std": np.sqrt(var),
+        "count": stack("count").sum(axis=0).astype(np.int64),
+        **{k: (stack(k) * w).sum(axis=0) / denom for k in QUANTILES},
+    }
+    return out

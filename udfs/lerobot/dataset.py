@@ -1,0 +1,165 @@
+"""The driver's side of an export: plan the episodes, then gather the executors' rows into meta/ and a card.
+
+`plan_episodes` gives each included episode its indices before any file is written (so executors
+can write their files independently); `finish_dataset` turns the executors' `EPISODE_META` rows into
+LeRobot's episodes table, aggregated `stats.json`, `info.json`, `tasks.parquet` and the dataset card
+`README.md`. No Spark here: both take and return pandas frames.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from pose_core.training import FeatureSpec, aggregate_stats, uniform_times
+from udfs.lerobot.writer import CHUNKS_SIZE, INDEX_FEATURES, chunk_of, write_meta
+
+__all__ = ["finish_dataset", "plan_episodes", "write_card"]
+
+logger = logging.getLogger(__name__)
+
+
+def plan_episodes(episodes: pd.DataFrame, fps: int, default_task: str) -> tuple[pd.DataFrame, list[str]]:
+    """Indices of the included episodes, fixed before anything is written.
+
+    Args:
+        episodes: one row per episode: `episode_id`, `ts_first`, `ts_last` (s), `task_text` (or null).
+        fps: dataset rate, Hz.
+        default_task: task of episodes without one.
+
+    Returns:
+        (plan, tasks): `episodes` sorted by `episode_id` plus `episode_index`, `task`, `task_index`,
+        `length` (dataset frames), `dataset_from_index`; and the task strings by task_index.
+    """
+    plan = episodes.sort_values("episode_id").reset_index(drop=True).copy()
+    plan["task"] = plan["task_text"].where(
+        plan["task_text"].notna() & (plan["task_text"] != ""), default_task
+    )
+    tasks = list(dict.fromkeys(plan["task"]))
+    plan["episode_index"] = np.arange(len(plan), dtype=np.int64)
+    plan["task_index"] = plan["task"].map({t: i for i, t in enumerate(tasks)}).astype(np.int64)
+    plan["length"] = [
+        len(uniform_times(np.array([a, b]), fps))
+        for a, b in zip(plan["ts_first"], plan["ts_last"], strict=True)
+    ]
+    plan["dataset_from_index"] = np.concatenate([[0], np.cumsum(plan["length"].to_numpy())[:-1]]).astype(
+        np.int64
+    )
+    return plan, tasks
+
+
+def _episode_rows(plan: pd.DataFrame, metas: pd.DataFrame, spec: FeatureSpec, fps: int) -> pd.DataFrame:
+    """LeRobot's meta/episodes columns, one row per episode."""
+    rows = []
+    for p, m in zip(plan.itertuples(), metas.itertuples(), strict=True):
+        chunk, file = chunk_of(int(p.episode_index))
+        row: dict[str, object] = {
+            "episode_index": int(p.episode_index),
+            "tasks": [p.task],
+            "length": int(m.length),
+            "data/chunk_index": chunk,
+            "data/file_index": file,
+            "dataset_from_index": int(p.dataset_from_index),
+            "dataset_to_index": int(p.dataset_from_index) + int(m.length),
+        }
+        for key in spec.video_keys:
+            row.update({f"videos/{key}/chunk_index": chunk, f"videos/{key}/file_index": file})
+            row.update(
+                {f"videos/{key}/from_timestamp": 0.0, f"videos/{key}/to_timestamp": int(m.length) / fps}
+            )
+        for name, st in json.loads(m.stats_json).items():
+            row.update({f"stats/{name}/{k}": v for k, v in st.items() if k != "weights"})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _arrays(stats: dict[str, list]) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in stats.items() if k != "weights"}
+
+
+def finish_dataset(  # noqa: PLR0913 - what meta/ is made of
+    root: str, spec: FeatureSpec, fps: int, plan: pd.DataFrame, metas: pd.DataFrame, tasks: Sequence[str]
+) -> dict[str, dict[str, np.ndarray]]:
+    """Write meta/ from the plan and the executors' rows; returns the dataset statistics.
+
+    Raises:
+        ValueError: an executor's row is missing or its length disagrees with the plan.
+    """
+    metas = metas.set_index("episode_id").reindex(plan["episode_id"]).reset_index()
+    missing = metas[metas["length"].isna()]["episode_id"].tolist()
+    if missing:
+        raise ValueError(f"no exported files for episodes {missing}")
+    if (metas["length"].to_numpy() != plan["length"].to_numpy()).any():
+        raise ValueError("exported episode lengths disagree with the plan")
+    parsed = [json.loads(s) for s in metas["stats_json"]]
+    names = [*spec.vector_keys, *INDEX_FEATURES, *spec.video_keys]
+    stats = {}
+    for name in names:
+        parts = [(_arrays(p[name]), np.asarray(p[name]["weights"])) for p in parsed]
+        stats[name] = aggregate_stats(parts)
+    video_info = json.loads(metas["video_json"].iat[0]) if len(metas) else {}
+    write_meta(root, spec, fps, _episode_rows(plan, metas, spec, fps), tasks, stats, video_info)
+    logger.info("wrote meta of %d episodes (%d frames) to %s", len(plan), int(plan["length"].sum()), root)
+    return stats
+
+
+def write_card(root: str, spec: FeatureSpec, manifest: dict, notes: str) -> None:
+    """The dataset card `README.md`: what the dataset is, every feature with its dimension names, provenance.
+
+    Args:
+        root: dataset folder.
+        spec: its features.
+        manifest: the version's manifest (`jobs.datasets`), summarised in the card.
+        notes: extra paragraphs (conventions of the tensors) written as given.
+    """
+    lines = [
+        f"# {manifest['name']} {manifest['version']}",
+        "",
+        f"LeRobot v3.0 dataset written by egolake (not lerobot's recorder), {manifest['counts']['episodes']} "
+        f"episodes, {manifest['counts']['frames']} frames at {manifest['fps']} fps, robot_type "
+        f"`{spec.robot_type}`. Load it with `LeRobotDataset(repo_id, root=<this folder>)`.",
+        "",
+        notes.strip(),
+        "",
+        "## Features",
+        "",
+        "| key | dtype | shape | meaning |",
+        "|---|---|---|---|",
+    ]
+    for f in spec.features:
+        lines.append(f"| `{f.name}` | {f.dtype} | {list(f.shape)} | {f.description} |")
+    lines += ["", "Dimension names (also in `meta/info.json` `names`):", ""]
+    for f in spec.features:
+        if f.names and f.dtype != "video":
+            lines.append(f"- `{f.name}`: {', '.join(f.names)}")
+    lines += [
+        "",
+        "## Episodes",
+        "",
+        "| episode_index | episode_id | frames | scale_source | task |",
+        "|---|---|---|---|---|",
+    ]
+    for e in manifest["episodes"]:
+        lines.append(
+            f"| {e['episode_index']} | {e['episode_id']} | {e['length']} | {e.get('scale_source')} "
+            f"| {e['task']} |"
+        )
+    if manifest["exclusions"]:
+        lines += ["", "## Left out", ""] + [
+            f"- `{x['episode_id']}`: {x['reason']}" for x in manifest["exclusions"]
+        ]
+    lines += [
+        "",
+        "## Provenance",
+        "",
+        f"Source run `{manifest['run_id']}`, config hash `{manifest['config_hash']}`, "
+        f"fingerprint `{manifest['fingerprint']}`; details in `manifest.json`.",
+        f"Files per chunk folder: {CHUNKS_SIZE}.",
+    ]
+    with open(os.path.join(root, "README.md"), "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")

@@ -1,0 +1,419 @@
+"""One episode of a LeRobot export, written by an executor: tensors, data file, video, statistics.
+
+Called by the `export` stage through `groupBy(episode_id).cogroup(...).applyInPandas` with two light
+frames per episode (no pixels cross Arrow): its frames with camera poses and its place in the dataset
+(`PLAN_COLUMNS`, the same in every row), and its `hands_world` rows. The unit decodes the source video
+itself, writes `data/...parquet` and `videos/<key>/...mp4` under the staging folder and returns one
+metadata row (`EPISODE_META`): length, per-episode statistics and video info, for the driver's meta/.
+Callable on pandas frames without Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Literal
+
+import cv2
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from pose_core.errors import EgolakeError
+from pose_core.geometry.rigid3 import matrix_from_quat_wxyz
+from pose_core.privacy.faces import FaceBlurOptions, FaceBlurrer
+from pose_core.training import (
+    HAND_IDENTITIES,
+    EpisodeTensors,
+    FeatureSpec,
+    TensorOptions,
+    episode_tensors,
+    hand_feature_spec,
+    robot_feature_spec,
+    robot_tensors,
+)
+from pose_core.training.stats import feature_stats, image_stats
+from udfs.guard import run_unit
+from udfs.lerobot.writer import video_path, write_episode_data
+from udfs.media.decode import DecodeOptions, iter_frames
+from udfs.media.encode import EncodeOptions, VideoWriter
+
+__all__ = [
+    "EGO_VIDEO_KEY",
+    "EPISODE_META",
+    "PLAN_COLUMNS",
+    "ExportOptions",
+    "RobotLayout",
+    "dataset_spec",
+    "export_episode",
+    "guarded_export_episode",
+    "robot_spec",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The egocentric camera's video feature.
+EGO_VIDEO_KEY = "observation.images.ego"
+#: Per-episode constants the driver puts on every frame row: the episode's place in the dataset.
+PLAN_COLUMNS: tuple[str, ...] = (
+    "episode_index",
+    "task_index",
+    "dataset_from_index",
+    "length",
+    "source_path",
+    "decoder",
+    "metres_per_unit",
+    "staging_root",
+)
+#: What a unit returns per episode.
+EPISODE_META = pa.schema(
+    [
+        pa.field("episode_id", pa.string()),
+        pa.field("episode_index", pa.int64()),
+        pa.field("length", pa.int64()),  # dataset frames written
+        pa.field("stats_json", pa.string()),  # {feature: {stat: list, "weights": list}}
+        pa.field("video_json", pa.string()),  # {video key: LeRobot video info block}
+        pa.field("faces_blurred", pa.int64()),  # faces pixelated over all exported frames
+        pa.field("worker", pa.string()),  # host:pid of the Python worker that wrote the files
+    ]
+)
+_CODECS = {"h264": ("libx264", "h264"), "av1": ("libsvtav1", "av1")}  # option -> (encoder, info.json codec)
+_DECODE_CHUNK = 32
+_BLURRERS: dict[FaceBlurOptions, FaceBlurrer] = {}
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """The `export` stage: LeRobot v3 datasets, one immutable version per change."""
+
+    # Dataset name: datasets are written to OUTPUT/datasets/<name>/v<N>.
+    name: str = "hands"
+    # State/action tensors: rate, action mode, keypoints.
+    tensors: TensorOptions = field(default_factory=TensorOptions)
+    # Video frame width, pixels (the same for every episode; other aspect ratios are letterboxed).
+    image_width: int = 320
+    # Video frame height, pixels.
+    image_height: int = 240
+    # Export the egocentric video (observation.images.ego); false writes tensors only.
+    video: bool = True
+    # Video codec: h264 (libx264) or av1 (libsvtav1).
+    codec: Literal["h264", "av1"] = "h264"
+    # Encoder quality (constant rate factor; lower = better, larger).
+    crf: int = 23
+    # Frames between key frames: short GOPs make random access (training loaders) cheap.
+    gop_size: int = 10
+    # Episodes with a wearer hand in fewer than this fraction of their source frames are left out.
+    min_hand_fraction: float = 0.2
+    # Task text of episodes without a task sidecar.
+    default_task: str = "manipulate objects with the hands"
+    # Face blurring of every exported frame.
+    privacy: FaceBlurOptions = field(default_factory=FaceBlurOptions)
+    # Also export one dataset per robot embodiment from robot_actions (when that table exists).
+    robot_datasets: bool = True
+
+    def __post_init__(self) -> None:
+        if self.codec not in _CODECS:
+            raise ValueError(f"export.codec must be one of {sorted(_CODECS)}, got {self.codec!r}")
+        if self.image_width % 2 or self.image_height % 2 or min(self.image_width, self.image_height) < 2:
+            raise ValueError(
+                f"export image size must be even and >= 2, got {self.image_width}x{self.image_height}"
+            )
+        if not 0.0 <= self.min_hand_fraction <= 1.0:
+            raise ValueError(f"export.min_hand_fraction must be in [0, 1], got {self.min_hand_fraction}")
+        if not self.name or "/" in self.name or self.name.startswith(("_", ".")):
+            raise ValueError(f"export.name must be a plain folder name, got {self.name!r}")
+
+    @property
+    def video_keys(self) -> tuple[str, ...]:
+        """The dataset's video features."""
+        return (EGO_VIDEO_KEY,) if self.video else ()
+
+    @property
+    def encode(self) -> EncodeOptions:
+        """Encoder settings for `udfs.media.encode`."""
+        return EncodeOptions(codec=_CODECS[self.codec][0], crf=self.crf, gop_size=self.gop_size)
+
+    def video_info(self, fps: int) -> dict[str, object]:
+        """LeRobot's `info` block of a video feature."""
+        return {
+            "video.height": self.image_height,
+            "video.width": self.image_width,
+            "video.codec": _CODECS[self.codec][1],
+            "video.pix_fmt": "yuv420p",
+            "video.is_depth_map": False,
+            "video.fps": fps,
+            "video.channels": 3,
+            "has_audio": False,
+        }
+
+
+@dataclass(frozen=True)
+class RobotLayout:
+    """The state layout of one embodiment's dataset, fixed by the driver from `robot_actions`.
+
+    Attributes:
+        embodiment: robot profile name.
+        identities: the wearer hands its arms follow, in state order.
+        joint_names: per identity, its state dimensions (joints, then `gripper` when it has one).
+        has_gripper: per identity, whether the last dimension is the gripper command.
+    """
+
+    embodiment: str
+    identities: tuple[str, ...]
+    joint_names: tuple[tuple[str, ...], ...]
+    has_gripper: tuple[bool, ...]
+
+
+def robot_spec(opts: ExportOptions, robot: RobotLayout) -> FeatureSpec:
+    """The features of one embodiment's dataset."""
+    return robot_feature_spec(
+        robot.embodiment,
+        robot.joint_names,
+        robot.identities,
+        (opts.image_height, opts.image_width),
+        opts.video_keys,
+    )
+
+
+def dataset_spec(opts: ExportOptions) -> FeatureSpec:
+    """The features of the human-hands dataset these options describe."""
+    return hand_feature_spec(
+        HAND_IDENTITIES,
+        (opts.image_height, opts.image_width),
+        opts.tensors.include_keypoints,
+        opts.video_keys,
+    )
+
+
+def _stack(column: pd.Series, width: int) -> np.ndarray:
+    """A list column (None = missing) as float64 `(N, width)`, NaN rows where missing."""
+    out = np.full((len(column), width), np.nan)
+    for i, v in enumerate(column):
+        if v is not None and len(v) == width:
+            out[i] = np.asarray(v, np.float64)
+    return out
+
+
+def _source_arrays(frames: pd.DataFrame, hands: pd.DataFrame, use_filled: bool) -> tuple[np.ndarray, ...]:
+    """(frame_idx (F,), ts_s (F,), keypoints (F, 2, 21, 3), world_from_cam (F, 4, 4)); NaN: absent."""
+    frames = frames.sort_values("frame_idx").reset_index(drop=True)
+    frame_idx = frames["frame_idx"].to_numpy(np.int64)
+    row_of = {int(f): i for i, f in enumerate(frame_idx)}
+    keypoints = np.full((len(frames), len(HAND_IDENTITIES), 21, 3), np.nan)
+    if not use_filled:
+        hands = hands[~hands["filled"].fillna(False).astype(bool)]
+    for slot, identity in enumerate(HAND_IDENTITIES):
+        mine = hands[hands["identity"] == identity]
+        rows = [row_of.get(int(f), -1) for f in mine["frame_idx"]]
+        kp = _stack(mine["keypoints_world_m"], 63).reshape(-1, 21, 3)
+        keep = np.array(rows) >= 0
+        keypoints[np.array(rows, np.int64)[keep], slot] = kp[keep]
+    q = _stack(frames["world_from_cam_q_wxyz"], 4)
+    world_from_cam = np.full((len(frames), 4, 4), np.nan)
+    posed = np.isfinite(q).all(axis=1)
+    world_from_cam[posed] = np.eye(4)
+    world_from_cam[posed, :3, :3] = matrix_from_quat_wxyz(q[posed])
+    world_from_cam[posed, :3, 3] = _stack(frames["world_from_cam_t_m"], 3)[posed]
+    return frame_idx, frames["ts_s"].to_numpy(np.float64), keypoints, world_from_cam
+
+
+def fit_to_size(frame: np.ndarray, width: int, height: int) -> np.ndarray:
+    """Resize an RGB frame `(h, w, 3)` into `(height, width, 3)`, aspect kept, centred on black."""
+    h, w = frame.shape[:2]
+    if (w, h) == (width, height):
+        return frame
+    scale = min(width / w, height / h)
+    new_w, new_h = max(1, round(w * scale)), max(1, round(h * scale))
+    out = np.zeros((height, width, 3), np.uint8)
+    x0, y0 = (width - new_w) // 2, (height - new_h) // 2
+    out[y0 : y0 + new_h, x0 : x0 + new_w] = cv2.resize(frame, (new_w, new_h), interpolation=cv2.INTER_AREA)
+    return out
+
+
+def _blurrer(opts: FaceBlurOptions) -> FaceBlurrer:
+    """One face blurrer per options value in this worker, built on first use."""
+    if opts not in _BLURRERS:
+        _BLURRERS[opts] = FaceBlurrer(opts)
+    return _BLURRERS[opts]
+
+
+def _write_video(  # noqa: PLR0913 - the episode's source, the frames to take, and where to write
+    root: str,
+    key: str,
+    episode_index: int,
+    source: str,
+    decoder: str,
+    source_frames: np.ndarray,
+    opts: ExportOptions,
+    fps: int,
+) -> tuple[dict, tuple[dict, np.ndarray], int]:
+    """Encode dataset frame k = source frame `source_frames[k]` (nondecreasing) at k / fps.
+
+    Returns:
+        (LeRobot video info, image statistics of the written frames, faces blurred).
+    """
+    path = os.path.join(root, video_path(key, episode_index))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    decode = DecodeOptions(
+        backend="pyav" if decoder == "pyav" else "auto",
+        max_long_side_px=max(opts.image_width, opts.image_height),
+    )
+    blurrer = _blurrer(opts.privacy)
+    start, stop = int(source_frames[0]), int(source_frames[-1]) + 1
+    sample_every = max(1, len(source_frames) // 100)  # statistics from ~100 frames, as LeRobot samples
+    sampled: list[np.ndarray] = []
+    faces, k = 0, 0
+    with VideoWriter(path, fps, opts.encode) as writer:
+        for chunk in iter_frames(source, start, stop, decode, chunk_frames=_DECODE_CHUNK):
+            wanted = np.isin(chunk.frame_idx, source_frames)
+            if not wanted.any():
+                continue
+            fitted = np.stack(
+                [fit_to_size(f, opts.image_width, opts.image_height) for f in chunk.frames[wanted]]
+            )
+            blurred, counts = blurrer.blur(fitted)
+            faces += int(counts.sum())
+            for idx, frame in zip(chunk.frame_idx[wanted], blurred, strict=True):
+                while k < len(source_frames) and source_frames[k] == idx:
+                    writer.write(frame)
+                    if k % sample_every == 0:
+                        sampled.append(frame)
+                    k += 1
+    if k != len(source_frames):
+        raise EgolakeError(
+            f"{source}: decoded {k} of {len(source_frames)} frames for episode {episode_index}"
+        )
+    return opts.video_info(fps), image_stats(np.stack(sampled)), faces
+
+
+def _stats_json(stats: dict[str, tuple[dict, np.ndarray]]) -> str:
+    return json.dumps(
+        {
+            name: {**{k: np.asarray(v).tolist() for k, v in st.items()}, "weights": np.asarray(w).tolist()}
+            for name, (st, w) in stats.items()
+        }
+    )
+
+
+def _robot_arrays(frames: pd.DataFrame, rows: pd.DataFrame, robot: RobotLayout) -> list[np.ndarray]:
+    """Per followed hand `(F, J_i)` joint positions (+ gripper) in frame order; NaN where undefined."""
+    row_of = {int(f): i for i, f in enumerate(frames["frame_idx"])}
+    arms = []
+    for identity, names, gripper in zip(robot.identities, robot.joint_names, robot.has_gripper, strict=True):
+        arm = np.full((len(frames), len(names)), np.nan)
+        mine = rows[(rows["identity"] == identity) & rows["reachable"].fillna(False).astype(bool)]
+        n_joints = len(names) - int(gripper)
+        for r in mine.itertuples():
+            if (
+                r.joint_positions is not None
+                and len(r.joint_positions) == n_joints
+                and int(r.frame_idx) in row_of
+            ):
+                values = [*r.joint_positions, r.gripper] if gripper else list(r.joint_positions)
+                arm[row_of[int(r.frame_idx)]] = np.asarray(values, np.float64)
+        arms.append(arm)
+    return arms
+
+
+def _tensors(
+    frames: pd.DataFrame, rows: pd.DataFrame, opts: ExportOptions, robot: RobotLayout | None
+) -> tuple[EpisodeTensors, FeatureSpec]:
+    """The episode's dataset frames and the dataset's features (human hands, or one robot)."""
+    if robot is None:
+        frame_idx, ts_s, keypoints, world_from_cam = _source_arrays(frames, rows, opts.tensors.use_filled)
+        mpu = float(frames["metres_per_unit"].iat[0])
+        return episode_tensors(frame_idx, ts_s, keypoints, world_from_cam, mpu, opts.tensors), dataset_spec(
+            opts
+        )
+    frames = frames.sort_values("frame_idx").reset_index(drop=True)
+    arms = _robot_arrays(frames, rows, robot)
+    ts_s = frames["ts_s"].to_numpy(np.float64)
+    tensors = robot_tensors(frames["frame_idx"].to_numpy(np.int64), ts_s, arms, opts.tensors)
+    return tensors, robot_spec(opts, robot)
+
+
+def export_episode(
+    frames: pd.DataFrame, rows: pd.DataFrame, opts: ExportOptions, robot: RobotLayout | None = None
+) -> pd.DataFrame:
+    """Write one episode's files under its staging root; return its `EPISODE_META` row.
+
+    Args:
+        frames: the episode's frames (`episode_id`, `frame_idx`, `ts_s`, `world_from_cam_q_wxyz`,
+            `world_from_cam_t_m`; poses null where missing) plus `PLAN_COLUMNS`.
+        rows: its `hands_world` rows (`identity`, `frame_idx`, `keypoints_world_m`, `filled`), or for
+            a robot dataset its `robot_actions` rows of that embodiment.
+        opts: export settings.
+        robot: the robot dataset's layout; None for the human-hands dataset.
+
+    Raises:
+        EgolakeError: the planned length disagrees with the resampled one, or the video is short.
+    """
+    plan = frames.iloc[0]
+    episode_index, fps = int(plan["episode_index"]), opts.tensors.fps
+    tensors, spec = _tensors(frames, rows, opts, robot)
+    length = len(tensors.timestamp)
+    if length != int(plan["length"]):
+        raise EgolakeError(
+            f"episode {plan['episode_id']}: {length} dataset frames, the plan said {plan['length']}"
+        )
+    root = str(plan["staging_root"])
+    arrays = tensors.arrays
+    write_episode_data(
+        root, spec, episode_index, int(plan["task_index"]), int(plan["dataset_from_index"]), arrays, fps
+    )
+    stats = {}
+    for f in spec.features:
+        if f.dtype != "video":
+            valid = None
+            if f.mask is not None:
+                valid = arrays[f.mask][:, list(f.mask_index)] > 0.5
+            stats[f.name] = feature_stats(np.asarray(arrays[f.name]).reshape(length, -1), valid)
+    frame_index = np.arange(length)
+    index_values = {
+        "timestamp": frame_index / fps,
+        "frame_index": frame_index,
+        "episode_index": np.full(length, episode_index),
+        "index": int(plan["dataset_from_index"]) + frame_index,
+        "task_index": np.full(length, int(plan["task_index"])),
+    }
+    stats.update({k: feature_stats(np.asarray(v, np.float64)[:, None]) for k, v in index_values.items()})
+    video_info, faces = {}, 0
+    for key in spec.video_keys:
+        info, stats[key], n = _write_video(
+            root,
+            key,
+            episode_index,
+            str(plan["source_path"]),
+            str(plan["decoder"]),
+            arrays["source_frame_idx"][:, 0],
+            opts,
+            fps,
+        )
+        video_info[key], faces = info, faces + n
+    logger.info(
+        "exported episode=%s index=%d frames=%d faces=%d", plan["episode_id"], episode_index, length, faces
+    )
+    return pd.DataFrame(
+        [
+            {
+                "episode_id": plan["episode_id"],
+                "episode_index": episode_index,
+                "length": length,
+                "stats_json": _stats_json(stats),
+                "video_json": json.dumps(video_info),
+                "faces_blurred": faces,
+                "worker": f"{socket.gethostname()}:{os.getpid()}",
+            }
+        ]
+    )
+
+
+def guarded_export_episode(
+    frames: pd.DataFrame, rows: pd.DataFrame, opts: ExportOptions, robot: RobotLayout | None = None
+) -> pd.DataFrame:
+    """`export_episode` for `cogroup(...).applyInPandas`; a failure becomes the episode's error row."""
+    unit = frames if not frames.empty else rows
+    return run_unit(lambda _: export_episode(frames, rows, opts, robot), unit, EPISODE_META.names)
