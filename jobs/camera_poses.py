@@ -14,20 +14,21 @@ columns travel: KLT ids and positions, poses, map points; no stage here decodes 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
 from functools import partial
 
-import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from jobs.stage import EpisodeOutcome, Stage, StageContext, write_guarded
+from jobs.stage import (
+    EpisodeOutcome,
+    Stage,
+    StageContext,
+    apply_per_episode,
+    read_stacked,
+    write_guarded,
+)
 from jobs.tables import Lineage, exists, read
-from schemas import TableSchema
-from schemas.base import spark_schema
 from schemas.tables import CAMERA_POSES, FEATURES, FRAMES, HANDS_CAM, VIDEOS
-from udfs.guard import guarded_schema, run_unit
-from udfs.multi_output import TABLE_COLUMN, union_schema
 from udfs.tracking import (
     BA_INPUTS,
     BA_OUTPUTS,
@@ -69,36 +70,6 @@ def _feature_view(ctx: StageContext, episodes: list[str]) -> DataFrame:
     return view.select(*FEATURE_VIEW.columns)
 
 
-def _stacked(
-    ctx: StageContext, episodes: list[str], schemas: Sequence[TableSchema], given: dict[str, DataFrame]
-) -> DataFrame:
-    """The rows of `schemas` for `episodes`, stacked with `_table` (tables read unless `given`)."""
-    names = union_schema(schemas).names
-    parts = []
-    for schema in schemas:
-        df = given.get(schema.name)
-        if df is None:
-            df = read(ctx.spark, ctx.layout, schema).where(F.col("episode_id").isin(episodes))
-        parts.append(df.select(*schema.columns).withColumn(TABLE_COLUMN, F.lit(schema.name)))
-    out = parts[0]
-    for df in parts[1:]:
-        out = out.unionByName(df, allowMissingColumns=True)
-    return out.select(*names)
-
-
-def _apply(
-    inputs: DataFrame, unit: Callable[[pd.DataFrame], pd.DataFrame], outputs: Sequence[TableSchema]
-) -> DataFrame:
-    """Run `unit` per episode under the guard; the result stacks `outputs` (or is `outputs[0]`'s rows)."""
-    schema = union_schema(outputs) if len(outputs) > 1 else outputs[0].arrow
-    columns = schema.names
-
-    def guarded_unit(pdf: pd.DataFrame) -> pd.DataFrame:
-        return run_unit(unit, pdf, columns)
-
-    return inputs.groupBy("episode_id").applyInPandas(guarded_unit, spark_schema(guarded_schema(schema)))
-
-
 def _process_tracking(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[EpisodeOutcome]:
     """Link features across shards, mask hands, track each episode; write the tracking tables."""
     unit = partial(tracking_unit, opts=ctx.cfg.tracking)
@@ -106,7 +77,7 @@ def _process_tracking(ctx: StageContext, lineage: Lineage, episodes: list[str]) 
         ctx,
         lineage,
         episodes,
-        _apply(_feature_view(ctx, episodes), unit, TRACKING_OUTPUTS),
+        apply_per_episode(_feature_view(ctx, episodes), unit, TRACKING_OUTPUTS),
         *TRACKING_OUTPUTS,
     )
 
@@ -114,15 +85,17 @@ def _process_tracking(ctx: StageContext, lineage: Lineage, episodes: list[str]) 
 def _process_ba(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[EpisodeOutcome]:
     """Bundle-adjust each episode's keyframes; write `keyframe_poses` and `ba_points`."""
     unit = partial(ba_unit, opts=ctx.cfg.completion)
-    inputs = _stacked(ctx, episodes, BA_INPUTS, {})
-    return write_guarded(ctx, lineage, episodes, _apply(inputs, unit, BA_OUTPUTS), *BA_OUTPUTS)
+    inputs = read_stacked(ctx, episodes, BA_INPUTS, {})
+    return write_guarded(ctx, lineage, episodes, apply_per_episode(inputs, unit, BA_OUTPUTS), *BA_OUTPUTS)
 
 
 def _process_completion(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[EpisodeOutcome]:
     """Give every frame a pose; write `camera_poses`."""
     unit = partial(completion_unit, opts=ctx.cfg.completion, tracking=ctx.cfg.tracking)
-    inputs = _stacked(ctx, episodes, COMPLETION_INPUTS, {FEATURE_VIEW.name: _feature_view(ctx, episodes)})
-    return write_guarded(ctx, lineage, episodes, _apply(inputs, unit, (CAMERA_POSES,)), CAMERA_POSES)
+    given = {FEATURE_VIEW.name: _feature_view(ctx, episodes)}
+    inputs = read_stacked(ctx, episodes, COMPLETION_INPUTS, given)
+    result = apply_per_episode(inputs, unit, (CAMERA_POSES,))
+    return write_guarded(ctx, lineage, episodes, result, CAMERA_POSES)
 
 
 TRACKING = Stage(

@@ -16,8 +16,15 @@ from functools import partial
 import pandas as pd
 from pyspark.sql import functions as F
 
-from jobs.camera_poses import _apply, _stacked
-from jobs.stage import EpisodeOutcome, Stage, StageContext, latest_runs, write_guarded
+from jobs.stage import (
+    EpisodeOutcome,
+    Stage,
+    StageContext,
+    apply_per_episode,
+    latest_runs,
+    read_stacked,
+    write_guarded,
+)
 from jobs.tables import Layout, Lineage, read
 from schemas.tables import QA, QUARANTINE, VIDEOS
 from udfs.qa_report import QA_INPUTS, index_page, qa_unit
@@ -68,9 +75,9 @@ def write_index(ctx: StageContext) -> str:
 
 def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[EpisodeOutcome]:
     """Check the episodes, write their pages and `qa` rows, then the batch index."""
-    inputs = _stacked(ctx, episodes, QA_INPUTS, {}).where(F.col("episode_id").isin(episodes))
+    inputs = read_stacked(ctx, episodes, QA_INPUTS, {}).where(F.col("episode_id").isin(episodes))
     unit = partial(qa_unit, opts=ctx.cfg.qa, qa_root=os.path.abspath(ctx.layout.qa))
-    outcomes = write_guarded(ctx, lineage, episodes, _apply(inputs, unit, (QA,)), QA)
+    outcomes = write_guarded(ctx, lineage, episodes, apply_per_episode(inputs, unit, (QA,)), QA)
     write_index(ctx)
     return outcomes
 

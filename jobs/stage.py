@@ -24,14 +24,17 @@ from jobs.tables import Layout, Lineage, append, exists, read
 from schemas import TableSchema
 from schemas.base import spark_schema
 from schemas.tables import RUNS
-from udfs.guard import ERROR_KIND, ROW_KIND, guarded_map, guarded_schema
+from udfs.guard import ERROR_KIND, ROW_KIND, guarded_map, guarded_schema, run_unit
+from udfs.multi_output import TABLE_COLUMN, union_schema
 
 __all__ = [
     "EpisodeOutcome",
     "Stage",
     "StageContext",
+    "apply_per_episode",
     "latest_runs",
     "map_per_shard",
+    "read_stacked",
     "record_runs",
     "run_episode_stage",
     "split_guarded",
@@ -237,7 +240,6 @@ def write_guarded(
     if not schemas:
         raise ValueError("write_guarded needs at least one table schema")
     from jobs.tables import write  # local: keeps the import graph of this module small
-    from udfs.multi_output import TABLE_COLUMN
 
     started = now()
     result = result.persist()
@@ -269,3 +271,33 @@ def map_per_shard(
     return units.repartition(n_tasks, "episode_id", "shard_idx").mapInPandas(
         fn, spark_schema(guarded_schema(out_schema))
     )
+
+
+def read_stacked(
+    ctx: StageContext, episodes: list[str], schemas: Sequence[TableSchema], given: dict[str, DataFrame]
+) -> DataFrame:
+    """The rows of `schemas` for `episodes`, stacked with `_table` (tables read unless `given`)."""
+    names = union_schema(schemas).names
+    parts = []
+    for schema in schemas:
+        df = given.get(schema.name)
+        if df is None:
+            df = read(ctx.spark, ctx.layout, schema).where(F.col("episode_id").isin(episodes))
+        parts.append(df.select(*schema.columns).withColumn(TABLE_COLUMN, F.lit(schema.name)))
+    out = parts[0]
+    for df in parts[1:]:
+        out = out.unionByName(df, allowMissingColumns=True)
+    return out.select(*names)
+
+
+def apply_per_episode(
+    inputs: DataFrame, unit: Callable[[pd.DataFrame], pd.DataFrame], outputs: Sequence[TableSchema]
+) -> DataFrame:
+    """Run `unit` per episode under the guard; the result stacks `outputs` (or is `outputs[0]`'s rows)."""
+    schema = union_schema(outputs) if len(outputs) > 1 else outputs[0].arrow
+    columns = schema.names
+
+    def guarded_unit(pdf: pd.DataFrame) -> pd.DataFrame:
+        return run_unit(unit, pdf, columns)
+
+    return inputs.groupBy("episode_id").applyInPandas(guarded_unit, spark_schema(guarded_schema(schema)))
