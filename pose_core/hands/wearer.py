@@ -4,8 +4,10 @@ Hands are first linked into tracks by motion (wrist continuity in the camera fra
 property of a whole track, decided by evidence summed over its frames: a detector's handedness flip in
 a few frames cannot swap identities. A track is the wearer's when most of its frames pass the geometry
 checks: within arm's reach of the camera, the forearm (wrist minus middle-finger base, extended past
-the wrist) pointing back towards the wearer's body below the camera, and entering the view from the
-bottom. Wearer tracks become ``wearer_left`` / ``wearer_right`` from detector handedness and which side
+the wrist) pointing back towards the camera rather than away from it (another person's hand reaching
+towards the wearer has its wrist beyond its knuckles), and entering the view from the bottom. The
+forearm is not required to point at one body point: hands turned inward over a table have forearms
+running sideways towards the elbows. Wearer tracks become ``wearer_left`` / ``wearer_right`` from detector handedness and which side
 of the view they are on; other tracks become ``other_<n>`` in order of appearance.
 """
 
@@ -32,10 +34,10 @@ class WearerOptions:
 
     # A wearer's wrist is at most this far from the camera, metres (arm's reach from the head).
     max_reach_m: float = 0.9
-    # A point on the wearer's upper chest in the camera frame (x right, y down, z forward), metres.
-    body_in_cam_m: tuple[float, float, float] = (0.0, 0.35, -0.05)
-    # Smallest cosine between the forearm direction and the wrist->body direction.
-    min_forearm_cos: float = 0.2
+    # Largest component along the optical axis (z forward) of the forearm's unit direction (wrist minus
+    # middle-finger base, camera frame): above it the forearm points away from the camera, as another
+    # person's reaching towards the wearer does.
+    max_forearm_away: float = 0.6
     # Smallest downward component of the forearm's unit direction in the image (bottom entry).
     min_down_component: float = -0.3
     # Fraction of a track's frames that must pass the geometry for it to be the wearer's.
@@ -87,13 +89,10 @@ def wearer_geometry(keypoints_cam: np.ndarray, keypoints_px: np.ndarray, opts: W
     wrist = keypoints_cam[:, 0]
     reach = np.linalg.norm(wrist, axis=-1) <= opts.max_reach_m
     forearm = wrist - keypoints_cam[:, 9]
-    to_body = np.asarray(opts.body_in_cam_m) - wrist
-    cos = np.sum(forearm * to_body, axis=-1) / np.maximum(
-        np.linalg.norm(forearm, axis=-1) * np.linalg.norm(to_body, axis=-1), 1e-9
-    )
+    away = forearm[:, 2] / np.maximum(np.linalg.norm(forearm, axis=-1), 1e-9)
     forearm_px = keypoints_px[:, 0] - keypoints_px[:, 9]
     down = forearm_px[:, 1] / np.maximum(np.linalg.norm(forearm_px, axis=-1), 1e-9)
-    return reach & (cos >= opts.min_forearm_cos) & (down >= opts.min_down_component)
+    return reach & (away <= opts.max_forearm_away) & (down >= opts.min_down_component)
 
 
 def _link_tracks(

@@ -6,6 +6,7 @@ import logging
 
 import numpy as np
 import pytest
+from scipy.spatial.transform import Rotation
 
 from pose_core.errors import ShapeError
 from pose_core.hands import (
@@ -20,6 +21,7 @@ from pose_core.hands import (
     smooth_track,
 )
 from pose_core.hands.gaps import GapOptions
+from pose_core.hands.wearer import WearerOptions
 from pose_core.synth.episode import SynthOptions, generate_episode
 
 logger = logging.getLogger(__name__)
@@ -195,11 +197,20 @@ def test_wearer_identity_survives_handedness_flips(episode):
     for f in range(episode.num_frames):
         frame_idx.append(f), kp_cam.append(other), p_right.append(0.9), truth.append("other_0")
         kp_px.append(other[:, :2] / other[:, 2:] * 500.0 + [319.5, 239.5])
+    # Another person's hand within the wearer's reach (0.6 m), fingers pointing at the camera.
+    local = cam[0, 1] - cam[0, 1, 0]
+    turn, _ = Rotation.align_vectors([[0.0, 0.0, -1.0]], [local[9]])
+    near = turn.apply(local) + np.array([0.1, -0.15, 0.6])  # above the centre: its forearm looks "down"
+    assert np.linalg.norm(near[0]) < WearerOptions().max_reach_m
+    for f in range(episode.num_frames):
+        frame_idx.append(f), kp_cam.append(near), p_right.append(0.9), truth.append("other_1")
+        kp_px.append(near[:, :2] / near[:, 2:] * 500.0 + [319.5, 239.5])
     result = assign_identities(np.array(frame_idx), np.array(kp_cam), np.array(kp_px), np.array(p_right))
     accuracy = np.mean(result.identity == np.array(truth))
     logger.info("identity accuracy %.3f, identity switches %d", accuracy, result.identity_switch.sum())
     assert accuracy >= 0.98
     assert (result.identity[np.array(truth) == "other_0"] == "other_0").all()
+    assert not np.isin(result.identity[np.array(truth) == "other_1"], ["wearer_left", "wearer_right"]).any()
 
 
 def _gap_truth(ts, kp, trusted, opts):
