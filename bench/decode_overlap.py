@@ -11,18 +11,13 @@ background thread). Reports the best wall time of each and the CPU time. Writes 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import sys
 import tempfile
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
-from pathlib import Path
 
 import pandas as pd
 
+from bench.report import provenance, write_key_values
 from jobs.sample import SampleOptions, write_sample
 from pose_core.camera_poses.features import FeatureOptions
 from udfs.media.decode import DecodeOptions
@@ -55,9 +50,7 @@ def main() -> None:
                 timings[depth].append((time.perf_counter() - wall0, time.process_time() - cpu0))
     best = {depth: min(t, key=lambda x: x[0]) for depth, t in timings.items()}
     result = {
-        "command": "python -m bench.decode_overlap " + " ".join(sys.argv[1:]),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, python {platform.python_version()}",
+        **provenance("bench.decode_overlap"),
         "input": f"synthetic sample, {args.frames} frames at 640x480, one shard, best of {args.repeats}",
         "inline_wall_s": round(best[0][0], 3),
         "inline_cpu_s": round(best[0][1], 3),
@@ -65,14 +58,7 @@ def main() -> None:
         "prefetch_cpu_s": round(best[1][1], 3),
         "wall_saved_pct": round(100 * (1 - best[1][0] / best[0][0]), 1),
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "decode_overlap.json").write_text(json.dumps(result, indent=2))
-    (out / "decode_overlap.md").write_text(
-        "# priors shard pass: decode prefetch vs inline\n\n"
-        + "\n".join(f"- {key}: {value}" for key, value in result.items())
-        + "\n"
-    )
+    write_key_values(args.out, "decode_overlap", "priors shard pass: decode prefetch vs inline", result)
 
 
 if __name__ == "__main__":

@@ -10,16 +10,13 @@ frames had a hand. Writes `hands.{md,json}` with the command, machine and date.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
+from bench.report import provenance, write_key_values
 from conf.models import model_path
 from pose_core.hands import MediaPipeHandEstimator, MediaPipeOptions
 from udfs.media.decode import DecodeOptions, decode_frames
@@ -49,23 +46,14 @@ def main() -> None:
     hands = estimator.estimate(frames, camera_k)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     result = {
-        "command": "python -m bench.hands " + " ".join(sys.argv[1:]),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, python {platform.python_version()}",
+        **provenance("bench.hands"),
         "input": f"{VIDEO.name}, first {len(frames)} frames resized to 640x480",
         "frames": len(frames),
         "frames_with_hand": sum(1 for h in hands if h),
         "frames_per_wall_s": round(len(frames) / wall, 1),
         "frames_per_cpu_s": round(len(frames) / cpu, 1),
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "hands.json").write_text(json.dumps(result, indent=2))
-    (out / "hands.md").write_text(
-        "# hand estimation speed\n\n"
-        + "\n".join(f"- {key}: {value}" for key, value in result.items())
-        + "\n"
-    )
+    write_key_values(args.out, "hands", "hand estimation speed", result)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,30 @@
+"""What every benchmark records beside its figures, and the plain key-value result files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+
+def provenance(module: str) -> dict[str, str]:
+    """The command that made a result, the date (UTC) and the machine."""
+    return {
+        "command": f"python -m {module} " + " ".join(sys.argv[1:]),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
+        f"python {platform.python_version()}",
+    }
+
+
+def write_key_values(out: str | Path, name: str, title: str, result: dict[str, Any]) -> None:
+    """Write `result` as OUT/<name>.json and as a bullet list under `title` in OUT/<name>.md."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2))
+    lines = "\n".join(f"- {key}: {value}" for key, value in result.items())
+    (out / f"{name}.md").write_text(f"# {title}\n\n{lines}\n")
