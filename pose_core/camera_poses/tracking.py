@@ -130,7 +130,7 @@ class _Tracker:
         self.seg_kf_start = 0
         self.ref: tuple[FrameFeatures, np.ndarray, np.ndarray] | None = None  # features, xy, cam_from_world
         self.ref_row = 0
-        self.pending: list[tuple[int, np.ndarray, np.ndarray]] = []  # row, track ids, xy before init
+        self.pending: list[tuple[int, FrameFeatures, np.ndarray]] = []  # row, features, xy before init
         self.anchor = np.eye(4)
         self.scale = 1.0
         self.prev: list[np.ndarray] = []
@@ -157,14 +157,33 @@ class _Tracker:
         self.ref_row = len(self.rows)
         self.pending = []
 
+    def _move_reference(self, feat: FrameFeatures, need: int) -> bool:
+        """Move the reference to the oldest pending frame sharing `need` tracks with `feat`.
+
+        Keeps as much of the baseline accrued so far as the surviving tracks allow (a slow start or a
+        shard boundary thins the tracks shared with an old reference long before the parallax is
+        enough). The old reference and the pending frames stay pending (re-tracked once the map
+        exists). False when none shares enough.
+        """
+        for k, (row, cand, cand_xy) in enumerate(self.pending):
+            if len(np.intersect1d(cand.track_ids, feat.track_ids, assume_unique=True)) >= need:
+                old = (self.ref_row, self.ref[0], self.ref[1])
+                self.ref, self.ref_row = (cand, cand_xy, self.rows[row][0]), row
+                self.pending = [old, *self.pending[:k], *self.pending[k + 1:]]
+                return True
+        return False
+
     def _step_uninitialised(self, feat: FrameFeatures, xy: np.ndarray) -> None:
+        need = max(self.opts.min_shared_tracks, self.opts.init_min_inliers, 3)
+        _, ia, ib = np.intersect1d(self.ref[0].track_ids, feat.track_ids, return_indices=True)
+        if len(ia) < need:
+            if not self._move_reference(feat, need):
+                cfw = self.prev[-1]
+                self._set_reference(feat, xy, cfw)
+                self._record(cfw, TrackingState.STATIC, len(ia), False, float("nan"))
+                return
+            _, ia, ib = np.intersect1d(self.ref[0].track_ids, feat.track_ids, return_indices=True)
         ref_feat, ref_xy, ref_cfw = self.ref
-        _, ia, ib = np.intersect1d(ref_feat.track_ids, feat.track_ids, return_indices=True)
-        if len(ia) < max(self.opts.min_shared_tracks, self.opts.init_min_inliers, 3):
-            cfw = self.prev[-1]
-            self._set_reference(feat, xy, cfw)
-            self._record(cfw, TrackingState.STATIC, len(ia), False, float("nan"))
-            return
         rot = rotation_between(ref_xy[ia], xy[ib])
         cfw = np.eye(4)
         cfw[:3, :3] = rot
@@ -175,7 +194,7 @@ class _Tracker:
             if motion is not None and self._initialise(feat, xy, ia, ib, motion):
                 return
         keep = self.pending[-self.opts.max_pending_frames + 1:]
-        self.pending = [*keep, (len(self.rows), feat.track_ids, xy)]
+        self.pending = [*keep, (len(self.rows), feat, xy)]
         self._record(cfw, TrackingState.STATIC, len(ia), False, float("nan"))
 
     def _initialise(self, feat: FrameFeatures, xy: np.ndarray, ia: np.ndarray, ib: np.ndarray,
@@ -212,8 +231,8 @@ class _Tracker:
     def _retrack_pending(self) -> None:
         """Give the frames between the two initial keyframes a pose from the new map."""
         start = self.keyframes[-2].cam_from_world
-        for row, track_ids, xy in self.pending:
-            pidx = self.map.lookup(track_ids, self.segment)
+        for row, feat, xy in self.pending:
+            pidx = self.map.lookup(feat.track_ids, self.segment)
             have = pidx >= 0
             if np.count_nonzero(have) < self.opts.min_pnp_inliers:
                 continue

@@ -85,11 +85,6 @@ def test_priors_rows_frames_once_features_with_overlap(priors):
     assert ids.tolist() == [0, 1 << 32]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (#3): with the leaning synthetic wearer this 150-frame clip in 2 shards initialises "
-    "only after the shard boundary (77 of 150 frames rotation-only, ATE 3.05 % > 2 %)",
-)
 def test_units_give_every_frame_a_pose_near_ground_truth(sample, priors):
     frames, features = priors
     opts, copts = CameraTrackingOptions(), CompletionOptions()
