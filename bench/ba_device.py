@@ -11,14 +11,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
-import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
+from bench.report import provenance
 from pose_core.camera_poses.ba import BAOptions, BAProblem, bundle_adjust
 from pose_core.geometry.rigid3 import so3_exp
 
@@ -91,9 +89,7 @@ def main() -> None:
     gpu = ""
     if len(backends) > 1:
         gpu = backends[1][1].cuda.runtime.getDeviceProperties(0)["name"].decode()
-    meta = {"command": "python -m bench.ba_device " + " ".join(sys.argv[1:]),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "machine": f"{platform.node()} {platform.machine()} {platform.processor()} {gpu}".strip()}
+    meta = provenance("bench.ba_device", gpu)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ba_device.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))

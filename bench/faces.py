@@ -25,19 +25,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import cv2
 import numpy as np
 from skimage import data
 
+from bench.report import provenance
 from pose_core.privacy.faces import FaceBlurOptions, FaceBlurrer
 
 SIZE_WH = (1280, 720)
@@ -229,11 +228,7 @@ def main() -> int:
         t0 = time.perf_counter()
         dets = _haar([s.image for s in all_scenes], args.haar_cv2)
         results["opencv_haar_frontalface"] = evaluate(dets, all_scenes, time.perf_counter() - t0)
-    meta = {
-        "command": "python -m bench.faces " + " ".join(sys.argv[1:]),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.node() and 'vm'} {platform.machine()} {os.cpu_count()} cores",
-    }
+    meta = provenance("bench.faces")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "faces.json").write_text(json.dumps({**meta, "results": results}, indent=1))
     (args.out / "faces.md").write_text(_markdown(meta, results))

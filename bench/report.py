@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 
-def provenance(module: str) -> dict[str, str]:
-    """The command that made a result, the date (UTC) and the machine."""
+def provenance(module: str, accelerator: str = "") -> dict[str, str]:
+    """The command that made a result, the date (UTC) and the machine (and `accelerator`: a GPU name)."""
+    machine = f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus"
+    machine += f", python {platform.python_version()}"
     return {
         "command": f"python -m {module} " + " ".join(sys.argv[1:]),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
-        f"python {platform.python_version()}",
+        "machine": f"{machine}, {accelerator}" if accelerator else machine,
     }
 
 
