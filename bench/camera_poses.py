@@ -2,8 +2,10 @@
 
 Usage:
     .venv/bin/python -m bench.camera_poses --out bench/results [--colmap] [--synth-dir DIR]
+        [--only TEXT --stem NAME]
 
-Writes ``camera_poses.json`` and ``camera_poses.md`` with the command, machine and date. Throughput
+Writes ``camera_poses.json`` and ``camera_poses.md`` (``--stem``) with the command, machine and date;
+``--only`` runs the sequences whose name contains TEXT. Throughput
 is frames per CPU-second of one process with OpenCV and BLAS limited to one thread, the fastest of
 ``--repeats`` runs and the median run's rate beside it (priors = KLT
 features, tracking incl. local BA and segment joining, global BA, completion; image decoding
@@ -12,7 +14,9 @@ egocentric clip from ``jobs.sample`` (600 frames, 640x480, fast head turns; gene
 ``--synth-dir`` on first use; hands masked with boxes around their ground-truth keypoints, standing
 in for the hands stage). ``--colmap`` also runs pycolmap's incremental mapper (SIFT, sequential
 matching, initial triangulation angle lowered to 2 degrees, forward motion allowed for the initial
-pair) on KITTI's native frames.
+pair) on KITTI's native frames. The "70° prior focal" sequences start from ``Camera.from_prior``
+(no calibration): global BA refines the focal when the motion determines it (``ba``'s guard), the
+"not refined" ones keep the prior.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import cv2
@@ -36,7 +40,13 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from jobs.sample import SampleOptions, write_sample
-from pose_core.camera_poses.completion import CompletionResult, bundle_adjust_keyframes, complete_poses
+from pose_core.camera_poses.completion import (
+    CompletionOptions,
+    CompletionResult,
+    GlobalBA,
+    bundle_adjust_keyframes,
+    complete_poses,
+)
 from pose_core.camera_poses.evaluation import evaluate_trajectory, rotation_drift_deg
 from pose_core.camera_poses.features import extract_features
 from pose_core.camera_poses.tracking import TrackingResult, track_episode
@@ -65,6 +75,7 @@ class Sequence:
     world_from_cam_gt: np.ndarray | None  # (F, 4, 4)
     image_paths: list[Path] | None = None  # for pycolmap
     hand_boxes: list[np.ndarray] | None = None  # per frame (K, 4) pixel boxes
+    completion: CompletionOptions = field(default_factory=CompletionOptions)  # global BA and completion
 
 
 def _images(paths: list[Path], size: tuple[int, int] | None) -> Callable[[], list[np.ndarray]]:
@@ -99,15 +110,26 @@ def _sequences(synth_dir: Path) -> dict[str, Sequence]:
     kitti = sorted(Path(p) for p in glob.glob(str(DATA / "kitti_vo_seq1/image_l/*.png")))
     kitti_gt = world_from_cam_from_kitti_rows(np.loadtxt(DATA / "kitti_vo_seq1/poses.txt"))
     euroc = sorted(Path(p) for p in glob.glob(str(DATA / "euroc_v101_micro/mav0/cam0/data/*.png")))
+    synth = _synthetic(synth_dir)
+    prior_cam = Camera.from_prior(KITTI_CAM.width, KITTI_CAM.height)
+    kitti_prior = Sequence(_images(kitti, None), prior_cam, kitti_gt)
+    synth_prior = replace(synth, camera=Camera.from_prior(synth.camera.width, synth.camera.height))
+    kept = CompletionOptions(refine_focal=False)
     return {
         "kitti_vo_seq1 1226x370": Sequence(_images(kitti, None), KITTI_CAM, kitti_gt, kitti),
         "kitti_vo_seq1 640x480": Sequence(_images(kitti, (640, 480)), KITTI_CAM.scaled(640, 480), kitti_gt),
         "euroc_v101_micro 752x480": Sequence(_images(euroc, None), EUROC_CAM, None),
-        "synthetic egocentric 600 640x480": _synthetic(synth_dir),
+        "synthetic egocentric 600 640x480": synth,
+        "kitti_vo_seq1 1226x370, 70° prior focal": kitti_prior,
+        "kitti_vo_seq1 1226x370, 70° prior focal not refined": replace(kitti_prior, completion=kept),
+        "synthetic egocentric 600 640x480, 70° prior focal": synth_prior,
+        "synthetic egocentric 600 640x480, 70° prior focal not refined": replace(synth_prior,
+                                                                                  completion=kept),
     }
 
 
-def _timed_pipeline(imgs: list[np.ndarray], seq: Sequence) -> tuple[dict, TrackingResult, CompletionResult]:
+def _timed_pipeline(imgs: list[np.ndarray], seq: Sequence
+                    ) -> tuple[dict, TrackingResult, CompletionResult, GlobalBA]:
     """One run of priors -> tracking -> global BA -> completion with CPU seconds per stage."""
     cam = seq.camera
     t0, c0 = time.perf_counter(), time.process_time()
@@ -115,13 +137,13 @@ def _timed_pipeline(imgs: list[np.ndarray], seq: Sequence) -> tuple[dict, Tracki
     c1 = time.process_time()
     tracked = track_episode(feats, cam)
     c2 = time.process_time()
-    bundle_adjust_keyframes(tracked, cam)
+    ba = bundle_adjust_keyframes(tracked, cam, seq.completion)
     c3 = time.process_time()
-    done = complete_poses(tracked, feats, cam)
+    done = complete_poses(tracked, feats, ba.camera, seq.completion)
     c4, wall = time.process_time(), time.perf_counter() - t0
     times = {"cpu_s": c4 - c0, "wall_s": wall, "priors_s": c1 - c0, "tracking_s": c2 - c1, "ba_s": c3 - c2,
              "completion_s": c4 - c3}
-    return times, tracked, done
+    return times, tracked, done, ba
 
 
 def _run_egolake(seq: Sequence, repeats: int) -> dict:
@@ -131,7 +153,7 @@ def _run_egolake(seq: Sequence, repeats: int) -> dict:
     """
     imgs = seq.load()
     runs = [_timed_pipeline(imgs, seq) for _ in range(repeats)]
-    times, tracked, done = min(runs, key=lambda r: r[0]["cpu_s"])
+    times, tracked, done, ba = min(runs, key=lambda r: r[0]["cpu_s"])
     cpu_all = [r[0]["cpu_s"] for r in runs]
     out = {"frames": len(imgs), **times, "frames_per_cpu_s": len(imgs) / times["cpu_s"],
            "frames_per_cpu_s_median_run": len(imgs) / float(np.median(cpu_all)), "repeats": repeats,
@@ -140,7 +162,8 @@ def _run_egolake(seq: Sequence, repeats: int) -> dict:
            "joined_segments": sum(j.joined_to != j.segment for j in tracked.joins),
            "rotation_drift_deg": rotation_drift_deg(done.world_from_cam),
            "max_translation": float(np.abs(done.world_from_cam[:, :3, 3]).max()),
-           "static_frames": int((tracked.state == 1).sum())}
+           "static_frames": int((tracked.state == 1).sum()), "focal_prior_px": seq.camera.focal_px,
+           "focal_px": ba.camera.focal_px, "focal_std_px": ba.focal_std_px, "focal_status": ba.focal_status}
     if seq.world_from_cam_gt is not None:
         out.update(evaluate_trajectory(done.world_from_cam, seq.world_from_cam_gt).to_dict())
         out["ate_pct_of_path_every_run"] = [
@@ -210,7 +233,9 @@ def _markdown(results: dict) -> str:
         r = entry["egolake"]
         lines.append(f"- {name}: {r['priors_s']:.2f} / {r['tracking_s']:.2f} / {r['ba_s']:.2f} / "
                      f"{r['completion_s']:.2f}; {r['keyframes']} keyframes, {r['segments']} segment(s), "
-                     f"{r['lost_frames']} lost frame(s), {r['joined_segments']} joined")
+                     f"{r['lost_frames']} lost frame(s), {r['joined_segments']} joined; focal "
+                     f"{r['focal_prior_px']:.1f} -> {r['focal_px']:.1f} px ({r['focal_status']}, std "
+                     f"{r['focal_std_px']:.1f} px)")
     return "\n".join(lines) + "\n"
 
 
@@ -221,6 +246,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--colmap", action="store_true", help="also run pycolmap's incremental mapper")
     parser.add_argument("--repeats", type=int, default=3, help="runs per sequence; the fastest is reported")
+    parser.add_argument("--only", default="", help="run only the sequences whose name contains this")
+    parser.add_argument("--stem", default="camera_poses", help="result files: OUT/<stem>.json and .md")
     parser.add_argument("--synth-dir", type=Path, default=Path(tempfile.gettempdir()) / "egolake_bench_synth",
                         help="where the synthetic clip is generated (reused when present)")
     args = parser.parse_args()
@@ -230,6 +257,8 @@ def main() -> None:
                           f"cpus, python {platform.python_version()}, opencv {cv2.__version__}",
                "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()), "sequences": {}}
     for name, seq in _sequences(args.synth_dir).items():
+        if args.only not in name:
+            continue
         with threadpool_limits(1):
             entry = {"egolake": _run_egolake(seq, args.repeats)}
         if args.colmap and seq.image_paths is not None:
@@ -237,8 +266,8 @@ def main() -> None:
         results["sequences"][name] = entry
         logger.info("%s: %s", name, json.dumps(entry))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "camera_poses.json").write_text(json.dumps(results, indent=2))
-    (args.out / "camera_poses.md").write_text(_markdown(results))
+    (args.out / f"{args.stem}.json").write_text(json.dumps(results, indent=2))
+    (args.out / f"{args.stem}.md").write_text(_markdown(results))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ columns travel: KLT ids and positions, poses, map points; no stage here decodes 
 
 - tracking: `features` (linked across shards, hand boxes of `hands_cam` removed when that table
   exists) -> `tracks`, `cameras`, `keyframes`, `map_points`.
-- ba: `cameras`, `tracks`, `keyframes`, `map_points` -> `keyframe_poses`, `ba_points`.
-- completion: the above plus `features`, `frames` -> `camera_poses` (a pose for every frame).
+- ba: `cameras`, `tracks`, `keyframes`, `map_points` -> `keyframe_poses`, `ba_points`, `ba_cameras`
+  (the camera after BA: a focal that is not calibrated is refined there).
+- completion: `ba_cameras`, `tracks`, `keyframe_poses`, `map_points`, `ba_points`, `features`, `frames`
+  -> `camera_poses` (a pose for every frame).
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def _process_tracking(ctx: StageContext, lineage: Lineage, episodes: list[str]) 
 
 
 def _process_ba(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[EpisodeOutcome]:
-    """Bundle-adjust each episode's keyframes; write `keyframe_poses` and `ba_points`."""
+    """Bundle-adjust each episode's keyframes; write `keyframe_poses`, `ba_points` and `ba_cameras`."""
     unit = partial(ba_unit, opts=ctx.cfg.completion)
     inputs = read_stacked(ctx, episodes, BA_INPUTS, {})
     return write_guarded(ctx, lineage, episodes, apply_per_episode(inputs, unit, BA_OUTPUTS), *BA_OUTPUTS)
@@ -108,7 +110,7 @@ TRACKING = Stage(
 )
 BA = Stage(
     name="ba",
-    version="1",
+    version="2",  # 2: refines a prior focal, writes ba_cameras
     upstream="tracking",
     config_sections=("completion",),
     outputs=BA_OUTPUTS,
@@ -116,7 +118,7 @@ BA = Stage(
 )
 COMPLETION = Stage(
     name="completion",
-    version="1",
+    version="2",  # 2: reads the camera from ba_cameras
     upstream="ba",
     config_sections=("completion",),
     outputs=(CAMERA_POSES,),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from schemas.base import TableSchema
 from schemas.tables import (
     ACTIONS,
+    BA_CAMERAS,
     BA_POINTS,
     CAMERA_POSES,
     CAMERAS,
@@ -30,7 +31,7 @@ TABLES: dict[str, TableSchema] = {
     t.name: t
     for t in (
         VIDEOS, SHARDS, QUARANTINE, RUNS, FRAMES, FEATURES, HANDS_CAM, HANDS_WORLD,
-        CAMERAS, TRACKS, KEYFRAMES, MAP_POINTS, KEYFRAME_POSES, BA_POINTS, CAMERA_POSES,
+        CAMERAS, TRACKS, KEYFRAMES, MAP_POINTS, KEYFRAME_POSES, BA_POINTS, BA_CAMERAS, CAMERA_POSES,
         ACTIONS, ROBOT_ACTIONS, QA,
     )  # fmt: skip
 }

@@ -8,6 +8,7 @@ from schemas.base import TableSchema
 
 __all__ = [
     "ACTIONS",
+    "BA_CAMERAS",
     "BA_POINTS",
     "CAMERAS",
     "CAMERA_POSES",
@@ -325,6 +326,25 @@ BA_POINTS = TableSchema(
     ),
 )
 
+BA_CAMERAS = TableSchema(
+    name="ba_cameras",
+    version="1",
+    key=("episode_id",),
+    partition_key="episode_id",
+    arrow=pa.schema(
+        [
+            # `cameras` after global BA: the focal refined when it was not calibrated, then
+            # intrinsics_source is prior_refined | metadata_refined; keyframe_poses, ba_points and
+            # camera_poses agree with these intrinsics
+            *CAMERAS.arrow,
+            pa.field("focal_prior_px", pa.float64()),  # mean focal of `cameras` (what tracking used), pixels
+            pa.field("focal_std_px", pa.float64()),  # refined focal's posterior std, px; null: not refined
+            # fixed (calibrated) | refined | prior kept: unobservable | implausible | unconverged | poor_fit
+            pa.field("focal_status", pa.string()),
+        ]
+    ),
+)
+
 CAMERA_POSES = TableSchema(
     name="camera_poses",
     version="1",
@@ -372,16 +392,19 @@ ACTIONS = TableSchema(
 
 ROBOT_ACTIONS = TableSchema(
     name="robot_actions",
-    version="1",
-    key=("episode_id", "embodiment", "identity", "frame_idx"),
+    version="2",
+    key=("episode_id", "embodiment", "identity", "step_idx"),
     partition_key="episode_id",
     arrow=pa.schema(
         [
             pa.field("episode_id", pa.string(), nullable=False),
             pa.field("embodiment", pa.string(), nullable=False),  # profile: conf/embodiments/<name>.yaml
             pa.field("identity", pa.string(), nullable=False),  # the wearer hand it follows
-            pa.field("frame_idx", pa.int64(), nullable=False),  # every frame of the episode (frames)
-            pa.field("ts_s", pa.float64()),
+            pa.field("step_idx", pa.int64(), nullable=False),  # control step k: first ts_s + k / control_fps
+            pa.field("control_fps", pa.int32(), nullable=False),  # the profile's control rate, Hz
+            pa.field("frame_idx", pa.int64(), nullable=False),  # source frame nearest in time (sample, hold)
+            pa.field("ts_s", pa.float64()),  # the step's time, seconds (the video's clock)
+            pa.field("refused", pa.string()),  # why the robot was not retargeted (every step); null: it was
             pa.field("joint_names", pa.list_(pa.string())),  # order of `joint_positions`
             pa.field("joint_positions", _F64_LIST),  # rad or m, (J,); null where the hand is missing
             pa.field("gripper", pa.float64()),  # gripper command (profile units); null: no hand, or a hand

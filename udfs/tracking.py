@@ -24,6 +24,7 @@ from pose_core.camera_poses.features import FrameFeatures
 from pose_core.camera_poses.tracking import TrackingOptions, track_episode
 from schemas import TableSchema
 from schemas.tables import (
+    BA_CAMERAS,
     BA_POINTS,
     CAMERAS,
     FEATURES,
@@ -99,11 +100,11 @@ FEATURE_VIEW = TableSchema(
 
 TRACKING_OUTPUTS: tuple[TableSchema, ...] = (TRACKS, CAMERAS, KEYFRAMES, MAP_POINTS)
 BA_INPUTS: tuple[TableSchema, ...] = (CAMERAS, TRACKS, KEYFRAMES, MAP_POINTS)
-BA_OUTPUTS: tuple[TableSchema, ...] = (KEYFRAME_POSES, BA_POINTS)
+BA_OUTPUTS: tuple[TableSchema, ...] = (KEYFRAME_POSES, BA_POINTS, BA_CAMERAS)
 COMPLETION_INPUTS: tuple[TableSchema, ...] = (
     FEATURE_VIEW,
     FRAMES,
-    CAMERAS,
+    BA_CAMERAS,
     TRACKS,
     KEYFRAME_POSES,
     MAP_POINTS,
@@ -198,25 +199,38 @@ def tracking_unit(view: pd.DataFrame, opts: CameraTrackingOptions) -> pd.DataFra
 
 
 def ba_unit(stacked: pd.DataFrame, opts: CompletionOptions) -> pd.DataFrame:
-    """Global BA of one episode's keyframes: `BA_INPUTS` stacked in, `BA_OUTPUTS` stacked out."""
+    """Global BA of one episode's keyframes: `BA_INPUTS` stacked in, `BA_OUTPUTS` stacked out.
+
+    A focal that is not calibrated (`cameras.intrinsics_source` prior | metadata) is refined when the
+    motion determines it (`opts.refine_focal`); `ba_cameras` records the camera the outputs agree with.
+    """
     t = split_tables(stacked, BA_INPUTS)
     episode = stacked["episode_id"].iat[0]
     camera = camera_from_row(t[CAMERAS.name])
     result = tracking_result_from_rows(
         t[TRACKS.name], t[KEYFRAMES.name], t[MAP_POINTS.name], points_from_rows(t[MAP_POINTS.name])
     )
-    solved = bundle_adjust_keyframes(result, camera, opts)
+    ba = bundle_adjust_keyframes(result, camera, opts)
     logger.info(
-        "episode %s: global BA of %d keyframes, %d solves, converged %d",
+        "episode %s: global BA of %d keyframes, %d solves, converged %d, focal %.1f -> %.1f px (%s)",
         episode,
         len(result.keyframes),
-        len(solved),
-        sum(r.converged for r in solved),
+        len(ba.solves),
+        sum(r.converged for r in ba.solves),
+        camera.focal_px,
+        ba.camera.focal_px,
+        ba.focal_status,
+    )
+    cameras = camera_row(episode, ba.camera).assign(
+        focal_prior_px=camera.focal_px,
+        focal_std_px=None if np.isnan(ba.focal_std_px) else ba.focal_std_px,
+        focal_status=ba.focal_status,
     )
     return stack_tables(
         [
             (KEYFRAME_POSES, keyframe_rows(episode, result.keyframes, result.segment_id)),
             (BA_POINTS, point_rows(episode, result.points_in_world)),
+            (BA_CAMERAS, cameras),
         ]
     )
 
@@ -233,7 +247,7 @@ def completion_unit(
     """
     t = split_tables(stacked, COMPLETION_INPUTS)
     episode = stacked["episode_id"].iat[0]
-    camera = camera_from_row(t[CAMERAS.name])
+    camera = camera_from_row(t[BA_CAMERAS.name])  # the focal global BA refined, if it did
     features = episode_features(t[FEATURE_VIEW.name], tracking.link_max_px, tracking.hand_margin_px)
     result = tracking_result_from_rows(
         t[TRACKS.name], t[KEYFRAME_POSES.name], t[MAP_POINTS.name], points_from_rows(t[BA_POINTS.name])

@@ -12,14 +12,30 @@ BA; memory bounded by chunking), solved dense up to ``dense_max_cameras`` camera
 ``scipy.sparse`` (``cupyx.scipy.sparse``) matrix above. Fixed parameters (the gauge: one camera
 and one translation coordinate for scale) get a zero column and a unit diagonal.
 
-All array math takes an ``xp`` module: numpy on CPU, cupy on GPU (untested here without a GPU).
+Focal refinement (``BAProblem.refine_focal``, for intrinsics that are a prior, not a calibration):
+the observations were normalised with the prior focal ``f0`` and the prior principal point
+``c``: ``xy = (u - c) / f0``. If the true focal is ``f = s f0`` (same principal point, square
+pixels), ``u = f proj(X) + c`` gives ``xy = s proj(X)``, so one scalar ``s`` joins the unknowns and
+the pixel residual stays ``f0 (s proj(X) - xy)`` (exactly ``u_pred - u``). Its column borders the
+reduced camera system: after the points are eliminated, ``[[S, b], [b^T, d]]`` is solved by
+eliminating the border with two right-hand sides of ``S`` (same ``_Pattern`` path, dense or
+sparse). The focal's posterior standard deviation comes from the same bordered system at the
+solution (``1 / (d - b^T S^-1 b)`` times the residual variance); when it is above
+``focal_max_rel_std`` (pure translation, e.g. driving straight, cannot tell the focal from the depth
+of the scene), ``s`` leaves ``focal_scale_range``, the solver did not converge or too many residuals
+stay above the loss scale (the map is broken), the problem is solved again with the prior focal
+and the reason is logged. A principal point off the image centre is not modelled (the prior puts
+it at the centre).
+
+All array math takes an ``xp`` module: numpy on CPU, cupy on GPU (``test_camera_poses_ba_gpu.py``
+compares the two; it passed on an H200 with cupy 14.2).
 ``optimize_pose`` is the motion-only special case (points fixed) used by tracking and completion.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any, Literal
 
@@ -28,11 +44,17 @@ import numpy as np
 from pose_core.errors import ShapeError
 from pose_core.geometry.rigid3 import nearest_rotation, so3_exp
 
-__all__ = ["BAOptions", "BAProblem", "BAResult", "PoseFit", "bundle_adjust", "optimize_pose"]
+__all__ = ["BAOptions", "BAProblem", "BAResult", "FocalStatus", "PoseFit", "bundle_adjust", "optimize_pose"]
 
 logger = logging.getLogger(__name__)
 
 _MIN_DEPTH = 1e-3  # observations with a point closer than this (map units) get zero weight
+
+#: What became of the focal length: ``fixed`` (not refined), ``refined``, or kept at the prior because
+#: the data do not determine it (``unobservable``), the change is out of range (``implausible``),
+#: the solver did not converge within ``focal_max_iterations`` (``unconverged``) or the refined
+#: solution leaves too many residuals above the loss scale (``poor_fit``: a broken map).
+FocalStatus = Literal["fixed", "refined", "unobservable", "implausible", "unconverged", "poor_fit"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +67,10 @@ class BAOptions:
     loss_scale_px: float = 1.5
     # maximum LM iterations (accepted or rejected steps)
     max_iterations: int = 15
+    # maximum LM iterations of a problem that refines the focal: its scale couples every depth and is
+    # a slow direction (synthetic tracks, 11-29 keyframes, prior 12 % off: converged in 6-16; rendered
+    # 600-frame clip, 137 keyframes, 70-degree prior 9 % short: 53)
+    focal_max_iterations: int = 80
     # stop when the relative cost decrease of an accepted step is below this
     rel_cost_tol: float = 1e-5
     # initial LM damping, relative to the diagonal of the normal equations
@@ -63,6 +89,17 @@ class BAOptions:
     pair_chunk: int = 1 << 18
     # motion-only optimisation stops when its step (radians and map units) is below this
     pose_step_tol: float = 1e-6
+    # focal refinement (``BAProblem.refine_focal``) keeps the prior when the refined focal's relative
+    # posterior standard deviation is above this: the motion does not determine it (KITTI's straight
+    # drive: 6.6 %; synthetic head motion: 0.04-0.12 %)
+    focal_max_rel_std: float = 0.01
+    # focal refinement keeps the prior when refined / prior focal falls outside this range (implausible)
+    focal_scale_range: tuple[float, float] = (0.5, 2.0)
+    # focal refinement keeps the prior when more than this fraction of the refined residuals are above
+    # loss_scale_px: the map (tracked with the prior focal) is broken and a focal fitted to it is not
+    # trusted (synthetic runs: accepted fits 0-3.5 %, focal within 0.2 %; broken maps 8-17 %, focal
+    # 2-33 % off; KITTI 1.7 %)
+    focal_max_outlier_frac: float = 0.05
 
 
 @dataclass
@@ -77,7 +114,9 @@ class BAProblem:
         point_idx: point of each observation, shape ``(M,)`` int.
         xy: observed undistorted normalised coordinates, shape ``(M, 2)``.
         fixed_params: True for parameters kept constant, ``(C, 6)`` bool, order ``(w, t)``.
-        focal_px: focal length turning normalised residuals into pixels.
+        focal_px: focal length turning normalised residuals into pixels (the one ``xy`` was made with).
+        refine_focal: also estimate a global focal scale ``s`` (refined focal ``s * focal_px``); for
+            intrinsics from a prior, never for a calibration.
     """
 
     rotation: Any
@@ -88,6 +127,7 @@ class BAProblem:
     xy: Any
     fixed_params: Any
     focal_px: float
+    refine_focal: bool = False
 
     def validate(self) -> None:
         """Raise ``ShapeError`` on inconsistent shapes (all problems at once)."""
@@ -115,6 +155,10 @@ class BAResult:
         initial_cost: robust cost before optimisation.
         iterations: LM iterations used.
         residual_px: final residual norm per observation, ``(M,)``.
+        focal_scale: refined / given focal length the returned values agree with (1 unless refined).
+        focal_scale_std: posterior standard deviation of the focal scale at the refined solution (also
+            when it was rejected); NaN when the focal was not refined.
+        focal_status: see ``FocalStatus``.
     """
 
     rotation: Any
@@ -125,6 +169,9 @@ class BAResult:
     initial_cost: float
     iterations: int
     residual_px: Any
+    focal_scale: float = 1.0
+    focal_scale_std: float = float("nan")
+    focal_status: FocalStatus = "fixed"
 
 
 def _robust(r_norm: Any, opts: BAOptions, xp: ModuleType) -> tuple[Any, Any]:
@@ -140,12 +187,15 @@ def _robust(r_norm: Any, opts: BAOptions, xp: ModuleType) -> tuple[Any, Any]:
     return rho, w
 
 
-def _residuals(rot: Any, trans: Any, pts: Any, prob: BAProblem, opts: BAOptions, xp: ModuleType
+def _residuals(rot: Any, trans: Any, pts: Any, scale: float, prob: BAProblem, opts: BAOptions, xp: ModuleType
                ) -> tuple[Any, Any, Any, Any]:
-    """Camera-frame points ``(M, 3)``, pixel residuals ``(M, 2)``, robust costs and IRLS weights ``(M,)``."""
+    """Camera-frame points ``(M, 3)``, pixel residuals ``(M, 2)``, robust costs and IRLS weights ``(M,)``.
+
+    ``scale`` is the focal scale ``s``: the prediction is ``s * proj(x_in_cam)``.
+    """
     x_in_cam = (rot[prob.cam_idx] @ pts[prob.point_idx][:, :, None])[:, :, 0] + trans[prob.cam_idx]
     z = xp.maximum(x_in_cam[:, 2], _MIN_DEPTH)
-    res = (x_in_cam[:, :2] / z[:, None] - prob.xy) * prob.focal_px
+    res = (scale * x_in_cam[:, :2] / z[:, None] - prob.xy) * prob.focal_px
     rho, w = _robust(xp.linalg.norm(res, axis=1), opts, xp)
     return x_in_cam, res, rho, xp.where(x_in_cam[:, 2] > _MIN_DEPTH, w, 0.0)
 
@@ -254,31 +304,35 @@ class _Pattern:
         return acc.reshape(self.n_up, 6, 6)
 
     def solve(self, u: Any, y: Any, w_blk: Any, rhs: Any, xp: ModuleType) -> Any:
-        """Solve ``S d = rhs`` for the camera step ``(C, 6)``.
+        """Solve ``S d = rhs`` for the camera step: ``rhs (C, 6)`` or ``(C, 6, K)``, ``K`` right-hand sides.
 
         Args:
             u: damped camera blocks with the gauge on the diagonal, ``(C, 6, 6)``.
             y: ``W V^-1`` per observation, ``(M, 6, 3)``.
             w_blk: ``W`` per observation, ``(M, 6, 3)``.
-            rhs: reduced right-hand side, ``(C, 6)``.
+            rhs: reduced right-hand side(s), ``(C, 6)`` or ``(C, 6, K)``.
             xp: array module.
+
+        Returns:
+            The solution, shaped like ``rhs``.
         """
         n = 6 * self.n_cam
+        b = rhs.reshape(n, -1)
         if self.dense_product:
             mat = -(self._scatter(y, xp) @ self._scatter(w_blk, xp).T).reshape(self.n_cam, 6, self.n_cam, 6)
             cams = xp.arange(self.n_cam)
             mat[cams, :, cams, :] += u
-            return xp.linalg.solve(mat.reshape(n, n), rhs.reshape(-1)).reshape(-1, 6)
+            return xp.linalg.solve(mat.reshape(n, n), b).reshape(rhs.shape)
         up = -self._pair_blocks(y, w_blk, xp)
         up[self.diag_block] += u
         vals = xp.where(self.full_transposed, xp.swapaxes(up[self.full_src], 1, 2), up[self.full_src])
         if self.dense_solve:
             mat = xp.zeros((self.n_cam, self.n_cam, 6, 6))
             mat[self.block_row, self.block_col] = vals
-            return xp.linalg.solve(xp.swapaxes(mat, 1, 2).reshape(n, n), rhs.reshape(-1)).reshape(-1, 6)
+            return xp.linalg.solve(xp.swapaxes(mat, 1, 2).reshape(n, n), b).reshape(rhs.shape)
         mat = _sparse(xp).csr_matrix((vals.reshape(-1)[self.csr_gather], self.csr_indices, self.csr_indptr),
                                      shape=(n, n))
-        return _spsolve(mat, rhs.reshape(-1), xp).reshape(-1, 6)
+        return _spsolve(mat, b, xp).reshape(rhs.shape)
 
 
 def _to_numpy(a: Any) -> np.ndarray:
@@ -322,10 +376,39 @@ def _segment_sum(idx: Any, vals: Any, n: int, xp: ModuleType) -> Any:
     return out.reshape((n,) + vals.shape[1:])
 
 
-def _normal_blocks(rot: Any, trans: Any, x_in_cam: Any, res: Any, w: Any, prob: BAProblem, xp: ModuleType
-                   ) -> tuple[Any, Any, Any, Any, Any]:
+@dataclass
+class _FocalBlocks:
+    """The focal scale's rows of the Gauss-Newton system (``J_s``: its residual Jacobian, ``(M, 2)``).
+
+    Attributes:
+        u_cs: ``J_cam^T W J_s`` per camera, ``(C, 6)``.
+        u_ss: ``J_s^T W J_s``, scalar.
+        w_s: ``J_s^T W J_pt`` per point, ``(P, 3)``.
+        g_s: gradient ``J_s^T W r``, scalar.
+    """
+
+    u_cs: Any
+    u_ss: Any
+    w_s: Any
+    g_s: Any
+
+
+@dataclass
+class _Normal:
     """Gauss-Newton blocks: ``U (C,6,6)``, ``V (P,3,3)``, ``g_cam (C,6)``, ``g_pt (P,3)``, ``W (M,6,3)``."""
-    d_proj, j_rot = _projection_jacobians(x_in_cam, x_in_cam - trans[prob.cam_idx], prob.focal_px, xp)
+
+    u: Any
+    v: Any
+    g_cam: Any
+    g_pt: Any
+    w_blk: Any
+    focal: _FocalBlocks | None
+
+
+def _normal_blocks(rot: Any, trans: Any, x_in_cam: Any, res: Any, w: Any, scale: float, prob: BAProblem,
+                   xp: ModuleType) -> _Normal:
+    """The Gauss-Newton blocks at the current estimate (with the focal's rows when it is refined)."""
+    d_proj, j_rot = _projection_jacobians(x_in_cam, x_in_cam - trans[prob.cam_idx], scale * prob.focal_px, xp)
     j_cam = xp.concatenate([j_rot, d_proj], axis=2) * (~prob.fixed_params[prob.cam_idx])[:, None, :]
     j_pt = d_proj @ rot[prob.cam_idx]  # (M, 2, 3)
     jw_cam_t = xp.swapaxes(j_cam * w[:, None, None], 1, 2)  # (M, 6, 2)
@@ -335,11 +418,58 @@ def _normal_blocks(rot: Any, trans: Any, x_in_cam: Any, res: Any, w: Any, prob: 
     v = _segment_sum(prob.point_idx, jw_pt_t @ j_pt, n_pt, xp)
     g_cam = _segment_sum(prob.cam_idx, (jw_cam_t @ res[:, :, None])[:, :, 0], n_cam, xp)
     g_pt = _segment_sum(prob.point_idx, (jw_pt_t @ res[:, :, None])[:, :, 0], n_pt, xp)
-    return u, v, g_cam, g_pt, jw_cam_t @ j_pt
+    focal = None
+    if prob.refine_focal:
+        j_s = prob.focal_px * x_in_cam[:, :2] / xp.maximum(x_in_cam[:, 2], _MIN_DEPTH)[:, None]  # (M, 2)
+        jw_s = j_s * w[:, None]
+        focal = _FocalBlocks(
+            u_cs=_segment_sum(prob.cam_idx, (jw_cam_t @ j_s[:, :, None])[:, :, 0], n_cam, xp),
+            u_ss=xp.sum(jw_s * j_s),
+            w_s=_segment_sum(prob.point_idx, (jw_s[:, None, :] @ j_pt)[:, 0, :], n_pt, xp),
+            g_s=xp.sum(jw_s * res),
+        )
+    return _Normal(u, v, g_cam, g_pt, jw_cam_t @ j_pt, focal)
+
+
+def _lm_step(nb: _Normal, lam: float, gauge: Any, pattern: _Pattern, prob: BAProblem, xp: ModuleType
+             ) -> tuple[Any, Any, float, float]:
+    """One damped step: camera ``(C, 6)``, point ``(P, 3)`` and focal-scale steps, and the focal's info.
+
+    The points are eliminated (Schur complement ``S``); with the focal, its row and column border
+    ``S`` and are eliminated in turn: ``S [x_r, x_b] = [rhs, b]``, ``ds = (rhs_s - b.x_r) / (d - b.x_b)``,
+    ``d_cam = x_r - x_b ds``. ``d - b.x_b`` is the focal scale's information with every other
+    parameter marginalised (returned; 0 without the focal).
+    """
+    eye3, eye6 = xp.eye(3), xp.eye(6)
+    v_inv = xp.linalg.inv(nb.v + (lam * nb.v + 1e-9 * eye3) * eye3)
+    y = nb.w_blk @ v_inv[prob.point_idx]  # (M, 6, 3)
+    n_cam, n_pt = len(nb.u), len(nb.v)
+    y_g = (y @ nb.g_pt[prob.point_idx][:, :, None])[:, :, 0]
+    rhs = -nb.g_cam + _segment_sum(prob.cam_idx, y_g, n_cam, xp)
+    u_damped = nb.u + (lam * nb.u + 1e-9 * eye6) * eye6 + gauge
+    d_s, info_s = 0.0, 0.0
+    if nb.focal is None:
+        d_cam = pattern.solve(u_damped, y, nb.w_blk, rhs, xp)
+        pt_rhs = -nb.g_pt
+    else:
+        f = nb.focal
+        y_ws = (y @ f.w_s[prob.point_idx][:, :, None])[:, :, 0]
+        border = f.u_cs - _segment_sum(prob.cam_idx, y_ws, n_cam, xp)
+        vinv_ws = (v_inv @ f.w_s[:, :, None])[:, :, 0]  # (P, 3)
+        d_ss = f.u_ss * (1 + lam) + 1e-9 - xp.sum(f.w_s * vinv_ws)
+        rhs_s = -f.g_s + xp.sum(vinv_ws * nb.g_pt)
+        x = pattern.solve(u_damped, y, nb.w_blk, xp.stack([rhs, border], axis=2), xp)  # (C, 6, 2)
+        info_s = float(d_ss - xp.sum(border * x[:, :, 1]))
+        d_s = float(rhs_s - xp.sum(border * x[:, :, 0])) / info_s if info_s > 0 else 0.0  # > 0 when damped
+        d_cam = x[:, :, 0] - x[:, :, 1] * d_s
+        pt_rhs = -nb.g_pt - f.w_s * d_s
+    wt_dc = (xp.swapaxes(nb.w_blk, 1, 2) @ d_cam[prob.cam_idx][:, :, None])[:, :, 0]
+    d_pt = (v_inv @ (pt_rhs - _segment_sum(prob.point_idx, wt_dc, n_pt, xp))[:, :, None])[:, :, 0]
+    return d_cam, d_pt, d_s, info_s
 
 
 def bundle_adjust(prob: BAProblem, opts: BAOptions | None = None, xp: ModuleType = np) -> BAResult:
-    """Refine cameras and points by robust Levenberg-Marquardt with a Schur complement.
+    """Refine cameras and points (and the focal scale) by robust Levenberg-Marquardt with a Schur complement.
 
     Args:
         prob: the problem; arrays on the device of ``xp``. Not modified.
@@ -347,35 +477,57 @@ def bundle_adjust(prob: BAProblem, opts: BAOptions | None = None, xp: ModuleType
         xp: numpy or cupy.
 
     Returns:
-        The refined problem values, cost, iterations and per-observation residuals in pixels.
+        The refined problem values, cost, iterations and per-observation residuals in pixels. With
+        ``prob.refine_focal``, the focal scale and its posterior standard deviation; when the guard
+        rejects the refined focal (see the module notes) the values are those of the prior focal.
 
     Raises:
         ShapeError: if the problem arrays are inconsistent.
     """
     opts = opts or BAOptions()
     prob.validate()
-    n_pt = len(prob.points)
+    res = _solve(prob, opts, xp)
+    if not prob.refine_focal:
+        return res
+    rel_std = res.focal_scale_std / res.focal_scale
+    lo, hi = opts.focal_scale_range
+    if not rel_std <= opts.focal_max_rel_std:  # NaN (no information) is unobservable too
+        status: FocalStatus = "unobservable"
+        reason = f"relative std {rel_std:.3g} > {opts.focal_max_rel_std:g}"
+    elif not lo <= res.focal_scale <= hi:
+        status, reason = "implausible", f"outside [{lo:g}, {hi:g}]"
+    elif not res.converged:
+        status, reason = "unconverged", f"not converged in {res.iterations} iterations"
+    elif (outliers := float(xp.mean(res.residual_px > opts.loss_scale_px))) > opts.focal_max_outlier_frac:
+        status, reason = "poor_fit", f"{outliers:.1%} of residuals above {opts.loss_scale_px:g} px"
+    else:
+        logger.info("BA focal %.1f -> %.1f px (std %.2f px)", prob.focal_px, res.focal_scale * prob.focal_px,
+                    res.focal_scale_std * prob.focal_px)
+        return res
+    logger.info("BA keeps the prior focal %.1f px: refined %.1f px, %s (%s)", prob.focal_px,
+                res.focal_scale * prob.focal_px, reason, status)
+    kept = _solve(replace(prob, refine_focal=False), opts, xp)
+    return replace(kept, focal_scale_std=res.focal_scale_std, focal_status=status)
+
+
+def _solve(prob: BAProblem, opts: BAOptions, xp: ModuleType) -> BAResult:
+    """The LM iterations of ``bundle_adjust`` (no focal guard)."""
     pattern = _Pattern(prob, opts, xp)
     gauge = xp.eye(6) * prob.fixed_params[:, None, :]  # unit diagonal on fixed parameters, (C, 6, 6)
-    rot, trans, pts = prob.rotation, prob.translation, prob.points
-    x_in_cam, res, rho, w = _residuals(rot, trans, pts, prob, opts, xp)
+    rot, trans, pts, scale = prob.rotation, prob.translation, prob.points, 1.0
+    x_in_cam, res, rho, w = _residuals(rot, trans, pts, scale, prob, opts, xp)
     cost = initial_cost = float(rho.sum())
     lam, converged, it = opts.initial_damping, False, 0
-    while it < opts.max_iterations:
-        u, v, g_cam, g_pt, w_blk = _normal_blocks(rot, trans, x_in_cam, res, w, prob, xp)
+    max_it = opts.focal_max_iterations if prob.refine_focal else opts.max_iterations
+    while it < max_it:
+        nb = _normal_blocks(rot, trans, x_in_cam, res, w, scale, prob, xp)
         new_cost = np.inf
-        while it < opts.max_iterations and lam <= opts.max_damping:
+        while it < max_it and lam <= opts.max_damping:
             it += 1
-            v_inv = xp.linalg.inv(v + (lam * v + 1e-9 * xp.eye(3)) * xp.eye(3))
-            y = w_blk @ v_inv[prob.point_idx]  # (M, 6, 3)
-            rhs = -g_cam + _segment_sum(prob.cam_idx, (y @ g_pt[prob.point_idx][:, :, None])[:, :, 0],
-                                        len(rot), xp)
-            d_cam = pattern.solve(u + (lam * u + 1e-9 * xp.eye(6)) * xp.eye(6) + gauge, y, w_blk, rhs, xp)
-            wt_dc = (xp.swapaxes(w_blk, 1, 2) @ d_cam[prob.cam_idx][:, :, None])[:, :, 0]
-            d_pt = (v_inv @ (-g_pt - _segment_sum(prob.point_idx, wt_dc, n_pt, xp))[:, :, None])[:, :, 0]
+            d_cam, d_pt, d_s, _ = _lm_step(nb, lam, gauge, pattern, prob, xp)
             new_rot = nearest_rotation(so3_exp(d_cam[:, :3], xp) @ rot, xp)
-            new_trans, new_pts = trans + d_cam[:, 3:], pts + d_pt
-            new = _residuals(new_rot, new_trans, new_pts, prob, opts, xp)
+            new_trans, new_pts, new_scale = trans + d_cam[:, 3:], pts + d_pt, scale + d_s
+            new = _residuals(new_rot, new_trans, new_pts, new_scale, prob, opts, xp)
             new_cost = float(new[2].sum())
             if new_cost < cost:
                 break
@@ -383,14 +535,35 @@ def bundle_adjust(prob: BAProblem, opts: BAOptions | None = None, xp: ModuleType
         if new_cost >= cost:
             break
         rel = (cost - new_cost) / max(cost, 1e-12)
-        rot, trans, pts, cost = new_rot, new_trans, new_pts, new_cost
+        rot, trans, pts, scale, cost = new_rot, new_trans, new_pts, new_scale, new_cost
         x_in_cam, res, _, w = new
         lam = max(lam / opts.damping_down, 1e-9)
         if rel < opts.rel_cost_tol:
             converged = True
             break
-    logger.debug("BA %d cams %d pts: cost %.1f -> %.1f in %d its", len(rot), n_pt, initial_cost, cost, it)
-    return BAResult(rot, trans, pts, converged, cost, initial_cost, it, xp.linalg.norm(res, axis=1))
+    logger.debug("BA %d cams %d pts: cost %.1f -> %.1f in %d its, focal scale %.4f", len(rot), len(pts),
+                 initial_cost, cost, it, scale)
+    out = BAResult(rot, trans, pts, converged, cost, initial_cost, it, xp.linalg.norm(res, axis=1))
+    if prob.refine_focal:
+        # the focal's information with everything else marginalised: the undamped bordered system
+        info = _lm_step(_normal_blocks(rot, trans, x_in_cam, res, w, scale, prob, xp), 0.0, gauge, pattern,
+                        prob, xp)[3]
+        out.focal_scale, out.focal_scale_std = scale, _focal_std(info, res, w, prob, xp)
+        out.focal_status = "refined"
+    return out
+
+
+def _focal_std(info: float, res: Any, w: Any, prob: BAProblem, xp: ModuleType) -> float:
+    """Posterior standard deviation of the focal scale: ``sqrt(sigma^2 / info)``.
+
+    ``sigma^2`` is the weighted residual variance per coordinate, ``sum(w r^2) / (2 M_used - parameters)``,
+    with residuals ``res (M, 2)`` and IRLS weights ``w (M,)``; ``info`` is the focal scale's marginal
+    information. NaN when it is not positive (the focal is not determined at all).
+    """
+    n_obs = int(xp.count_nonzero(w > 0))
+    n_params = 6 * len(prob.rotation) - int(xp.count_nonzero(prob.fixed_params)) + 3 * len(prob.points) + 1
+    sigma2 = float(xp.sum(w[:, None] * res**2)) / max(2 * n_obs - n_params, 1)
+    return float(np.sqrt(sigma2 / info)) if info > 0 else float("nan")
 
 
 @dataclass

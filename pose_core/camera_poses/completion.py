@@ -1,10 +1,13 @@
 """Global BA over keyframes, then a pose for every frame.
 
 ``bundle_adjust_keyframes`` runs one BA per tracking segment over all its keyframes (first
-keyframe and the scale fixed). ``complete_poses`` then gives each non-keyframe a pose by robust
-motion-only optimisation against the refined map, using the cached per-frame features (no
-decoding); it starts from the tracking pose moved with its segment's nearest keyframe. Frames
-that cannot be optimised get an interpolated pose, flagged as such.
+keyframe and the scale fixed). When the intrinsics are not calibrated (``intrinsics_source`` prior
+or metadata) the segment with the most keyframes also refines the focal length (``bundle_adjust``'s
+bordered system and observability guard); the other segments are then adjusted with that focal,
+and the returned camera carries it (``intrinsics_source`` ``<source>_refined``). ``complete_poses``
+then gives each non-keyframe a pose by robust motion-only optimisation against the refined map,
+using the cached per-frame features (no decoding); it starts from the tracking pose moved with its
+segment's nearest keyframe. Frames that cannot be optimised get an interpolated pose, flagged as such.
 """
 
 from __future__ import annotations
@@ -12,18 +15,25 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from pose_core.camera_poses.ba import BAOptions, BAResult, optimize_pose
+from pose_core.camera_poses.ba import BAOptions, BAResult, FocalStatus, optimize_pose
 from pose_core.camera_poses.features import FrameFeatures
 from pose_core.camera_poses.keyframe_map import refine_keyframes
 from pose_core.camera_poses.tracking import TrackingResult, TrackingState
-from pose_core.geometry.camera import Camera
+from pose_core.geometry.camera import Camera, IntrinsicsSource
 from pose_core.geometry.rigid3 import interpolate_rigid, invert_rigid_matrices
 
-__all__ = ["CompletionOptions", "CompletionResult", "PoseQuality", "bundle_adjust_keyframes", "complete_poses"]
+__all__ = [
+    "CompletionOptions",
+    "CompletionResult",
+    "GlobalBA",
+    "PoseQuality",
+    "bundle_adjust_keyframes",
+    "complete_poses",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +57,10 @@ class CompletionOptions:
     inlier_px: float = 3.0
     # minimum inliers for a motion-only pose to be accepted
     min_inliers: int = 20
+    # refine the focal length in global BA when it is not calibrated (intrinsics_source prior or
+    # metadata); the guard in `ba` (focal_max_rel_std, focal_scale_range) keeps the prior when the
+    # motion cannot determine it
+    refine_focal: bool = True
 
 
 @dataclass
@@ -72,29 +86,78 @@ class CompletionResult:
     segment_id: np.ndarray
 
 
+@dataclass
+class GlobalBA:
+    """Outcome of ``bundle_adjust_keyframes``.
+
+    Attributes:
+        solves: one solver result per segment with at least two keyframes, in segment order.
+        camera: the intrinsics the adjusted keyframes and points agree with: the given camera, or
+            the same with the refined focal (``fx``, ``fy`` scaled; ``intrinsics_source``
+            ``<source>_refined``).
+        focal_status: what became of the focal (``FocalStatus``; ``fixed`` when not refined).
+        focal_std_px: posterior standard deviation of the refined focal, pixels; NaN when not refined.
+    """
+
+    solves: list[BAResult]
+    camera: Camera
+    focal_status: FocalStatus = "fixed"
+    focal_std_px: float = float("nan")
+
+
+#: intrinsics_source values whose focal global BA may refine -> the source after refinement
+_REFINED_SOURCE: dict[IntrinsicsSource, IntrinsicsSource] = {
+    "prior": "prior_refined",
+    "metadata": "metadata_refined",
+}
+
+
 def bundle_adjust_keyframes(result: TrackingResult, camera: Camera, opts: CompletionOptions | None = None
-                            ) -> list[BAResult]:
+                            ) -> GlobalBA:
     """Global BA per segment over all keyframes; updates ``result`` keyframes and points in place.
 
     Args:
         result: output of ``track_episode``.
-        camera: intrinsics.
+        camera: intrinsics the keyframe observations were normalised with.
         opts: options.
 
     Returns:
-        One solver result per segment that has at least two keyframes.
+        The solver results and the camera after BA (its focal refined when allowed and accepted).
     """
     opts = opts or CompletionOptions()
     seg_of_kf = np.array([result.segment_id[k.frame_idx] for k in result.keyframes], dtype=np.int64)
-    out = []
-    for seg in np.unique(seg_of_kf):
+    segments, counts = np.unique(seg_of_kf, return_counts=True)
+    refine = opts.refine_focal and camera.intrinsics_source in _REFINED_SOURCE
+    order = np.argsort(-counts, kind="stable") if refine else np.arange(len(segments))
+    out: GlobalBA = GlobalBA([], camera)
+    solved = {}
+    for seg in segments[order]:
         kfs = [k for k, s in zip(result.keyframes, seg_of_kf, strict=True) if s == seg]
-        res = refine_keyframes(kfs, result.points_in_world, camera.focal_px, 1, opts.ba, opts.inlier_px)
-        if res is not None:
-            logger.debug("global BA segment %d: %d keyframes, cost %.1f -> %.1f, converged=%s",
-                         seg, len(kfs), res.initial_cost, res.cost, res.converged)
-            out.append(res)
+        focal_here = refine and out.focal_status == "fixed" and len(kfs) >= 2
+        scale = out.camera.focal_px / camera.focal_px
+        for k in kfs:  # observations were normalised with the given focal
+            k.xy = k.xy / scale
+        res = refine_keyframes(kfs, result.points_in_world, out.camera.focal_px, 1, opts.ba, opts.inlier_px,
+                               refine_focal=focal_here)
+        if res is None:
+            continue
+        logger.debug("global BA segment %d: %d keyframes, cost %.1f -> %.1f, converged=%s",
+                     seg, len(kfs), res.initial_cost, res.cost, res.converged)
+        solved[int(seg)] = res
+        if focal_here:
+            out = _with_focal(out, camera, res)
+    out.solves = [solved[s] for s in sorted(solved)]
     return out
+
+
+def _with_focal(out: GlobalBA, camera: Camera, res: BAResult) -> GlobalBA:
+    """``out`` with the focal outcome of ``res`` (the refined camera when it was accepted)."""
+    std_px = res.focal_scale_std * camera.focal_px
+    if res.focal_status != "refined":
+        return replace(out, focal_status=res.focal_status, focal_std_px=std_px)
+    refined = replace(camera, fx=camera.fx * res.focal_scale, fy=camera.fy * res.focal_scale,
+                      intrinsics_source=_REFINED_SOURCE[camera.intrinsics_source])
+    return replace(out, camera=refined, focal_status="refined", focal_std_px=std_px)
 
 
 def complete_poses(

@@ -102,7 +102,7 @@ class FirstSeen:
 
 def refine_keyframes(
     keyframes: list[Keyframe], points: np.ndarray, focal_px: float, n_fixed: int,
-    opts: BAOptions, outlier_px: float,
+    opts: BAOptions, outlier_px: float, refine_focal: bool = False,
 ) -> BAResult | None:
     """Bundle-adjust keyframes and the points they observe, in place; drop outlier observations.
 
@@ -115,6 +115,8 @@ def refine_keyframes(
         opts: solver options.
         outlier_px: observations with a final residual above this are removed from the keyframes.
             Points seen by only one of ``keyframes`` are left out of the problem (no depth constraint).
+        refine_focal: also refine the focal length (see ``bundle_adjust``); when the refined focal is
+            accepted the keyframes' observations are renormalised with it (divided by ``focal_scale``).
 
     Returns:
         The solver result, or None when there are fewer than two keyframes (nothing to adjust).
@@ -136,7 +138,7 @@ def refine_keyframes(
         fixed[1, 3 + int(np.argmax(np.abs(rel_t)))] = True
     xy = np.concatenate([k.xy for k in keyframes])[multi]
     prob = BAProblem(cfw[:, :3, :3].copy(), cfw[:, :3, 3].copy(), points[used].copy(), cam_idx[multi],
-                     local_pt, xy, fixed, focal_px)
+                     local_pt, xy, fixed, focal_px, refine_focal)
     res = bundle_adjust(prob, opts)
     points[used] = res.points
     keep = np.ones(len(glob_pt), bool)
@@ -146,6 +148,6 @@ def refine_keyframes(
         k.cam_from_world = np.eye(4)
         k.cam_from_world[:3, :3], k.cam_from_world[:3, 3] = res.rotation[i], res.translation[i]
         sel = keep[start:start + len(k.point_idx)]
-        k.point_idx, k.xy = k.point_idx[sel], k.xy[sel]
+        k.point_idx, k.xy = k.point_idx[sel], k.xy[sel] / res.focal_scale
         start += len(sel)
     return res

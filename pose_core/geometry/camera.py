@@ -22,7 +22,8 @@ __all__ = ["Camera", "CameraModel", "IntrinsicsSource"]
 logger = logging.getLogger(__name__)
 
 CameraModel = Literal["pinhole", "radtan", "fisheye"]
-IntrinsicsSource = Literal["sidecar", "metadata", "prior"]
+# where the intrinsics came from; "<source>_refined": its focal refined by global BA (camera_poses.completion)
+IntrinsicsSource = Literal["sidecar", "metadata", "prior", "prior_refined", "metadata_refined"]
 
 _N_DIST = {"pinhole": 0, "radtan": 4, "fisheye": 4}
 _DEFAULT_HFOV_DEG = 70.0  # horizontal field of view assumed when no calibration or metadata exists
@@ -42,7 +43,8 @@ class Camera:
         cy: principal point y, pixels.
         model: ``pinhole`` (no distortion), ``radtan`` (k1, k2, p1, p2) or ``fisheye`` (k1..k4, equidistant).
         dist: distortion coefficients in OpenCV order, length 0 or 4.
-        intrinsics_source: where the values came from: ``sidecar``, ``metadata`` or ``prior``.
+        intrinsics_source: where the values came from: ``sidecar``, ``metadata`` or ``prior``, or
+            ``prior_refined`` / ``metadata_refined`` after global BA refined the focal.
     """
 
     width: int

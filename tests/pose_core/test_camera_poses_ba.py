@@ -8,10 +8,10 @@ from pose_core.geometry.rigid3 import so3_exp
 FOCAL_PX = 500.0
 
 
-def _scene(seed=0, n_cam=8, n_pt=400, noise_px=0.5, outlier_frac=0.05):
+def _scene(seed=0, n_cam=8, n_pt=400, noise_px=0.5, outlier_frac=0.05, rot_std=0.05):
     rng = np.random.default_rng(seed)
     pts = rng.uniform([-4, -3, 6], [4, 3, 15], (n_pt, 3))
-    rot = so3_exp(rng.normal(size=(n_cam, 3)) * 0.05)
+    rot = so3_exp(rng.normal(size=(n_cam, 3)) * rot_std)
     centres = np.column_stack(
         [np.linspace(0, 3, n_cam), 0.2 * np.sin(np.arange(n_cam)), np.linspace(0, 1, n_cam)])
     trans = -np.einsum("cij,cj->ci", rot, centres)
@@ -26,8 +26,12 @@ def _scene(seed=0, n_cam=8, n_pt=400, noise_px=0.5, outlier_frac=0.05):
     return rng, rot, trans, pts, cam_idx, pt_idx, xy, outlier
 
 
-def _perturbed_problem(seed=0):
-    rng, rot, trans, pts, cam_idx, pt_idx, xy, outlier = _scene(seed)
+def _perturbed_problem(seed=0, prior_ratio=1.0, **scene):
+    """A perturbed start; observations normalised with the focal ``prior_ratio * FOCAL_PX``.
+
+    The focal is refined when ``prior_ratio != 1``.
+    """
+    rng, rot, trans, pts, cam_idx, pt_idx, xy, outlier = _scene(seed, **scene)
     fixed = np.zeros((len(rot), 6), bool)
     fixed[0] = True
     fixed[1, 3] = True  # scale gauge: x translation of the second camera
@@ -35,8 +39,15 @@ def _perturbed_problem(seed=0):
     trans0 = trans + rng.normal(size=trans.shape) * 0.05
     rot0[0], trans0[0], trans0[1, 0] = rot[0], trans[0], trans[1, 0]
     pts0 = pts + rng.normal(size=pts.shape) * 0.2
-    prob = BAProblem(rot0, trans0, pts0, cam_idx, pt_idx, xy, fixed, FOCAL_PX)
+    focal0 = prior_ratio * FOCAL_PX
+    prob = BAProblem(rot0, trans0, pts0, cam_idx, pt_idx, xy / prior_ratio, fixed, focal0, prior_ratio != 1.0)
     return prob, rot, trans, pts, outlier
+
+
+def prior_focal_problem(prior_ratio, seed=0, rot_std=0.05):
+    """12 cameras, no outliers, a focal ``prior_ratio`` times the truth; the problem and true centres."""
+    prob, rot, trans, *_ = _perturbed_problem(seed, prior_ratio, n_cam=12, outlier_frac=0.0, rot_std=rot_std)
+    return prob, -np.einsum("cji,cj->ci", rot, trans)
 
 
 class TestBundleAdjust:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pose_core.camera_poses.ba import BAOptions, bundle_adjust
-from tests.pose_core.test_camera_poses_ba import _perturbed_problem
+from tests.pose_core.test_camera_poses_ba import _perturbed_problem, prior_focal_problem
 
 pytestmark = pytest.mark.gpu
 
@@ -28,7 +28,8 @@ def cupy():
 
 
 def _to_device(prob, cp):
-    arrays = {f.name: cp.asarray(getattr(prob, f.name)) for f in dataclasses.fields(prob) if f.name != "focal_px"}
+    arrays = {f.name: cp.asarray(getattr(prob, f.name)) for f in dataclasses.fields(prob)
+              if isinstance(getattr(prob, f.name), np.ndarray)}
     return dataclasses.replace(prob, **arrays)
 
 
@@ -42,4 +43,17 @@ def test_cpu_matches_gpu(cupy, loss):
     assert gpu.cost == pytest.approx(cpu.cost, rel=1e-6)
     np.testing.assert_allclose(cupy.asnumpy(gpu.rotation), cpu.rotation, atol=1e-7)
     np.testing.assert_allclose(cupy.asnumpy(gpu.translation), cpu.translation, atol=1e-6)
+    np.testing.assert_allclose(cupy.asnumpy(gpu.points), cpu.points, atol=1e-5)
+
+
+@pytest.mark.parametrize("path", [{}, {"dense_max_entries": 0, "dense_max_cameras": 0}])
+def test_focal_refinement_cpu_matches_gpu(cupy, path):
+    """The bordered system (two right-hand sides, dense or sparse) and the focal's std agree on both."""
+    prob, _ = prior_focal_problem(0.88, seed=3)
+    opts = BAOptions(max_iterations=20, **path)
+    cpu = bundle_adjust(prob, opts, xp=np)
+    gpu = bundle_adjust(_to_device(prob, cupy), opts, xp=cupy)
+    assert gpu.focal_status == cpu.focal_status == "refined"
+    assert gpu.focal_scale == pytest.approx(cpu.focal_scale, rel=1e-9)
+    assert gpu.focal_scale_std == pytest.approx(cpu.focal_scale_std, rel=1e-5)
     np.testing.assert_allclose(cupy.asnumpy(gpu.points), cpu.points, atol=1e-5)

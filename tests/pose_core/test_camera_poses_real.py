@@ -43,7 +43,8 @@ def kitti_gt():
 
 def test_kitti_ate_below_0p3_percent(kitti_features, kitti_gt):
     tracked, ba, done = _run(kitti_features, KITTI_CAM)
-    assert len(ba) == 1 and ba[0].converged and ba[0].cost < ba[0].initial_cost
+    assert len(ba.solves) == 1 and ba.solves[0].converged and ba.solves[0].cost < ba.solves[0].initial_cost
+    assert ba.camera is KITTI_CAM and ba.focal_status == "fixed"  # calibrated: never refined
     assert np.isfinite(done.world_from_cam).all() and len(done.world_from_cam) == 51
     assert np.all(done.quality >= PoseQuality.MOTION_ONLY)
     err = evaluate_trajectory(done.world_from_cam, kitti_gt)
