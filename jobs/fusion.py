@@ -2,8 +2,12 @@
 
 Inputs are light columns only: `frames` (times) joined with `camera_poses` (world_from_cam per
 frame) and `videos.imu_path` (the IMU sidecar, read on the executor: metric scale and gravity), and
-`hands_cam` (keypoints, fits). An episode without camera poses fails with the error
-"no camera poses" and gets no rows.
+`hands_cam` (keypoints, fits). An episode with a stereo partner also gets its `keyframe_poses` and
+`ba_points` rows stacked under its posed frames (`_table`), with the `videos` paths and calibration
+on the keyframe rows: the executor decodes both streams at a few keyframes for the stereo scale.
+Design decision: this is one cogroup, not a stage or table of its own; the stereo scale is a
+per-episode number that only fusion uses, and the keyframes' poses and points are all it needs.
+An episode without camera poses fails with the error "no camera poses" and gets no rows.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from pyspark.sql import functions as F
 from jobs.stage import EpisodeOutcome, Stage, StageContext, now, write_guarded
 from jobs.tables import Layout, Lineage, exists, read
 from schemas.base import spark_schema
-from schemas.tables import CAMERA_POSES, FRAMES, HANDS_CAM, HANDS_WORLD, VIDEOS
-from udfs.fusion import POSED_FRAME_COLUMNS, guarded_fuse_hands
+from schemas.tables import BA_POINTS, CAMERA_POSES, FRAMES, HANDS_CAM, HANDS_WORLD, KEYFRAME_POSES, VIDEOS
+from udfs.fusion import KEYFRAME_STEREO_COLUMNS, POSED_FRAME_COLUMNS, guarded_fuse_hands
 from udfs.guard import guarded_schema
+from udfs.multi_output import TABLE_COLUMN
 
 __all__ = ["NO_POSES", "STAGE", "process"]
 
@@ -39,6 +44,34 @@ def _camera_poses(spark: SparkSession, layout: Layout, episodes: list[str]) -> D
     return poses.select(*columns, *optional)
 
 
+def _stereo_rows(ctx: StageContext, episodes: list[str], videos: DataFrame) -> DataFrame | None:
+    """The stereo scale's input: `keyframe_poses` + `ba_points` rows, `_table` naming the table.
+
+    Only for the `episodes` whose `videos` row has a stereo partner; None when the stereo scale is
+    off or ba wrote no tables.
+    """
+    if not ctx.cfg.fusion.stereo_scale.enabled or not all(
+        exists(ctx.layout, t) for t in (KEYFRAME_POSES, BA_POINTS)
+    ):
+        return None
+    stereo = videos.where(F.col("stereo_partner_path").isNotNull()).select(
+        "episode_id", "source_path", "stereo_partner_path", "calibration_json"
+    )
+    in_scope = F.col("episode_id").isin(episodes)
+    keyframes = read(ctx.spark, ctx.layout, KEYFRAME_POSES).where(in_scope).join(stereo, "episode_id")
+    points = read(ctx.spark, ctx.layout, BA_POINTS).where(in_scope).join(stereo, "episode_id", "left_semi")
+    return (
+        keyframes.select(*KEYFRAME_STEREO_COLUMNS)
+        .withColumn(TABLE_COLUMN, F.lit(KEYFRAME_POSES.name))
+        .unionByName(
+            points.select("episode_id", "point_idx", "x_in_world_m").withColumn(
+                TABLE_COLUMN, F.lit(BA_POINTS.name)
+            ),
+            allowMissingColumns=True,
+        )
+    )
+
+
 def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[EpisodeOutcome]:
     """Fuse the episodes' hands with their camera poses and write `hands_world`."""
     started = now()
@@ -49,10 +82,14 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
     posed_ids = {r["episode_id"] for r in poses.select("episode_id").distinct().collect()}
     in_scope = F.col("episode_id").isin(episodes)
     frames = read(ctx.spark, ctx.layout, FRAMES).where(in_scope).select("episode_id", "frame_idx", "ts_s")
-    imu = read(ctx.spark, ctx.layout, VIDEOS).where(in_scope).select("episode_id", "imu_path")
+    videos = read(ctx.spark, ctx.layout, VIDEOS).where(in_scope)
+    imu = videos.select("episode_id", "imu_path")
     posed = frames.join(poses, ["episode_id", "frame_idx"], "inner").join(imu, "episode_id", "left")
     optional = [c for c in ("scale_source", "pose_quality", "imu_path") if c in posed.columns]
     posed = posed.select(*POSED_FRAME_COLUMNS, *optional)
+    stereo = _stereo_rows(ctx, episodes, videos)
+    if stereo is not None:
+        posed = posed.unionByName(stereo, allowMissingColumns=True)
     hands = read(ctx.spark, ctx.layout, HANDS_CAM).where(in_scope & F.col("episode_id").isin(list(posed_ids)))
     result = (
         posed.groupBy("episode_id")
@@ -69,7 +106,7 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
 
 STAGE = Stage(
     name="fusion",
-    version="2",
+    version="3",
     upstream="completion",
     config_sections=("fusion",),
     outputs=(HANDS_WORLD,),

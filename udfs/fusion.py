@@ -1,12 +1,17 @@
 """Per-episode hand fusion: `hands_cam` rows and posed frames in, `hands_world` rows out.
 
 Called by the `fusion` stage through `groupBy(episode_id).cogroup(...).applyInPandas` with two
-light frames per episode (no pixels): the posed frames (`frames` joined with `camera_poses`) and the
+light frames per episode (no pixels): the posed frames (`frames` joined with `camera_poses`, plus,
+for a stereo episode, its `keyframe_poses` and `ba_points` rows stacked under `_table`) and the
 episode's `hands_cam` rows. Callable on pandas frames without Spark.
+
+Metric scale candidates: the stereo pair (the executor decodes both streams at a few keyframes and
+compares the stereo depth of the keyframes' map points with their map depth) and the IMU sidecar.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -14,15 +19,34 @@ import pandas as pd
 
 from pose_core.camera_poses.completion import PoseQuality
 from pose_core.camera_poses.scale import ImuScale, scale_from_imu
-from pose_core.errors import EgolakeError
+from pose_core.camera_poses.stereo import (
+    StereoMatcher,
+    StereoRig,
+    StereoScale,
+    StereoView,
+    right_from_left_of_baseline,
+    stereo_scale,
+)
+from pose_core.errors import EgolakeError, InputError
 from pose_core.geometry.rigid3 import matrix_from_quat_wxyz
 from pose_core.hands import EpisodeFrames, EpisodeObservations, FusionOptions, fuse_episode
 from pose_core.hands.fusion import SCALE_SOURCES, ScaleSource
-from schemas.tables import HANDS_WORLD
+from schemas.tables import BA_POINTS, HANDS_WORLD, KEYFRAME_POSES
+from udfs.camera_tables import world_from_cam_from_columns
 from udfs.guard import run_unit
+from udfs.hands import camera_for_frames
+from udfs.media.decode import DecodeOptions, iter_frames
 from udfs.media.sidecars import read_imu
+from udfs.multi_output import TABLE_COLUMN
 
-__all__ = ["MEASURED_QUALITIES", "POSED_FRAME_COLUMNS", "fuse_hands", "guarded_fuse_hands"]
+__all__ = [
+    "KEYFRAME_STEREO_COLUMNS",
+    "MEASURED_QUALITIES",
+    "POSED_FRAME_COLUMNS",
+    "STEREO_TABLES",
+    "fuse_hands",
+    "guarded_fuse_hands",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +56,17 @@ logger = logging.getLogger(__name__)
 #: `pose_quality` (only frames of `MEASURED_QUALITIES` give the IMU scale position equations).
 POSED_FRAME_COLUMNS: tuple[str, ...] = (
     "episode_id", "frame_idx", "ts_s", "world_from_cam_q_wxyz", "world_from_cam_t_m",
+)  # fmt: skip
+
+#: Tables whose rows may be stacked (`_table`) under the posed frames of a stereo episode: its
+#: `keyframe_poses` (with `KEYFRAME_STEREO_COLUMNS`) and `ba_points` (`point_idx`, `x_in_world_m`).
+STEREO_TABLES: tuple[str, ...] = (KEYFRAME_POSES.name, BA_POINTS.name)
+
+#: Columns of the stacked `keyframe_poses` rows: the keyframe's pose and observations, and the
+#: episode's `videos` columns that locate and calibrate the stereo pair.
+KEYFRAME_STEREO_COLUMNS: tuple[str, ...] = (
+    "episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_m", "obs_point_idx", "obs_xy",
+    "source_path", "stereo_partner_path", "calibration_json",
 )  # fmt: skip
 
 #: Pose qualities whose camera centre was measured (not held or interpolated).
@@ -103,10 +138,87 @@ def _imu_scale(frames: pd.DataFrame, posed: EpisodeFrames, opts: FusionOptions) 
     )
 
 
-def _scale_candidates(frames: pd.DataFrame, imu: ImuScale | None) -> dict[ScaleSource, float | None]:
-    """Scale candidates: camera poses already metric (`scale_source` column) and the IMU's answer."""
+def _right_from_left(calibration_json: str | None) -> np.ndarray | None:
+    """The rig's `right_from_left` `(4, 4)` from the calibration (or its `baseline_m`); None: unknown."""
+    if not isinstance(calibration_json, str):
+        return None
+    calib = json.loads(calibration_json)
+    if calib.get("right_from_left") is not None:
+        return np.asarray(calib["right_from_left"], np.float64)
+    if calib.get("baseline_m") is not None:
+        return right_from_left_of_baseline(float(calib["baseline_m"]))
+    return None
+
+
+def _decode_at(path: str, wanted: set[int], max_long_side_px: int) -> dict[int, np.ndarray]:
+    """The frames `wanted` of a video or image folder, decoded in one pass, `{frame_idx: (H, W, 3)}`.
+
+    Raises:
+        InputError: the stream cannot be decoded (named), or it ends before the last wanted frame.
+    """
+    out: dict[int, np.ndarray] = {}
+    decode = DecodeOptions(max_long_side_px=max_long_side_px)
+    for chunk in iter_frames(path, min(wanted), max(wanted) + 1, decode):
+        out.update(
+            {int(i): f for i, f in zip(chunk.frame_idx, chunk.frames, strict=True) if int(i) in wanted}
+        )
+    if len(out) < len(wanted):
+        raise InputError("stereo_mismatch", f"frame {min(wanted - set(out))} cannot be decoded", path)
+    return out
+
+
+def _stereo_scale(rows: pd.DataFrame, opts: FusionOptions) -> StereoScale | None:
+    """The stereo pair's scale from the stacked `keyframe_poses` + `ba_points` rows; None without them.
+
+    Up to `max_keyframes` keyframes, evenly spread, are decoded from both streams at
+    `max_long_side_px`; the right camera has the left one's intrinsics (the sidecar describes one).
+
+    Raises:
+        InputError: a stream cannot be decoded, or the right frames differ in size (naming the file).
+    """
+    so = opts.stereo_scale
+    if rows.empty or not so.enabled:
+        return None
+    keyframes = rows[(rows[TABLE_COLUMN] == KEYFRAME_POSES.name) & rows["world_from_cam_t_m"].notna()]
+    if keyframes.empty:
+        return None
+    first = keyframes.iloc[0]
+    right_from_left = _right_from_left(first["calibration_json"])
+    if right_from_left is None:
+        reason = "the calibration sidecar is missing or has neither baseline_m nor right_from_left"
+        return StereoScale(None, float("inf"), float("inf"), 0, 0, reason)
+    keyframes = keyframes.sort_values("frame_idx")
+    pick = np.unique(np.linspace(0, len(keyframes) - 1, min(so.max_keyframes, len(keyframes))).round())
+    keyframes = keyframes.iloc[pick.astype(int)]
+    wanted = set(keyframes["frame_idx"].astype(int))
+    left = _decode_at(str(first["source_path"]), wanted, so.max_long_side_px)
+    right = _decode_at(str(first["stereo_partner_path"]), wanted, so.max_long_side_px)
+    (height, width), right_size = (next(iter(d.values())).shape[:2] for d in (left, right))
+    if right_size != (height, width):
+        message = f"right frames decode to {right_size[::-1]}, left ones to {(width, height)}"
+        raise InputError("stereo_mismatch", message, str(first["stereo_partner_path"]))
+    camera = camera_for_frames(first["calibration_json"], width, height)
+    matcher = StereoMatcher(StereoRig(camera, camera, right_from_left), so.disparity)
+    points = rows[rows[TABLE_COLUMN] == BA_POINTS.name].set_index("point_idx")["x_in_world_m"]
+    poses = world_from_cam_from_columns(keyframes["world_from_cam_q_wxyz"], keyframes["world_from_cam_t_m"])
+    views = []
+    for pose, (_, kf) in zip(poses, keyframes.iterrows(), strict=True):
+        idx = np.asarray(kf["obs_point_idx"], np.int64)
+        known = np.isin(idx, points.index.to_numpy())
+        xy = np.asarray(kf["obs_xy"], np.float64).reshape(-1, 2)[known]
+        frame = int(kf["frame_idx"])
+        views.append(StereoView(left[frame], right[frame], pose, xy, _stack(points.loc[idx[known]], 3)))
+    return stereo_scale(matcher, views, so)
+
+
+def _scale_candidates(
+    frames: pd.DataFrame, imu: ImuScale | None, stereo: StereoScale | None
+) -> dict[ScaleSource, float | None]:
+    """Scale candidates: poses already metric (`scale_source` column), the stereo pair's, the IMU's."""
     sources = frames["scale_source"].dropna().unique() if "scale_source" in frames else []
     candidates: dict[ScaleSource, float | None] = {s: 1.0 for s in sources if s in SCALE_SOURCES}
+    if stereo is not None:
+        candidates.setdefault("stereo", stereo.metres_per_unit)
     if imu is not None:
         candidates.setdefault("imu", imu.metres_per_unit)
     return candidates
@@ -117,7 +229,9 @@ def fuse_hands(frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions) -
 
     Args:
         frames: the episode's frames with their camera poses (`POSED_FRAME_COLUMNS`, optional
-            `scale_source`, `imu_path`, `pose_quality`); rows without a pose are ignored.
+            `scale_source`, `imu_path`, `pose_quality`); rows without a pose are ignored. A stereo
+            episode's `keyframe_poses` and `ba_points` rows may be stacked under them (`STEREO_TABLES`
+            in `_table`; the posed frames' `_table` is null).
         hands: the episode's `hands_cam` rows.
         opts: fusion settings.
 
@@ -126,20 +240,32 @@ def fuse_hands(frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions) -
 
     Raises:
         EgolakeError: no frame of the episode has a camera pose.
-        InputError: the episode's IMU sidecar cannot be read.
+        InputError: the episode's IMU sidecar or a stereo stream cannot be read.
     """
     if hands.empty:
         return pd.DataFrame(columns=HANDS_WORLD.columns)
     episode_id = hands["episode_id"].iat[0]
     hands = hands.reset_index(drop=True)
+    stacked = (
+        frames[TABLE_COLUMN].isin(STEREO_TABLES) if TABLE_COLUMN in frames else pd.Series(False, frames.index)
+    )
+    frames, stereo_rows = frames[~stacked], frames[stacked]
     posed = _episode_frames(frames, hands)
+    stereo = _stereo_scale(stereo_rows, opts)
+    if stereo is not None:
+        logger.info(
+            "stereo scale episode=%s metres_per_unit=%s rel_spread=%.4f rel_std=%.4f points=%d keyframes=%d "
+            "reason=%s",
+            episode_id, stereo.metres_per_unit, stereo.rel_spread, stereo.rel_std, stereo.points_used,
+            stereo.keyframes_used, stereo.reason,
+        )  # fmt: skip
     imu = _imu_scale(frames, posed, opts)
     if imu is not None:
         logger.info(
             "IMU scale episode=%s metres_per_unit=%s offset_s=%.4f excitation=%.3f rel_std=%.4f reason=%s",
             episode_id, imu.metres_per_unit, imu.time_offset_s, imu.excitation_m_s2, imu.rel_std, imu.reason,
         )  # fmt: skip
-    fused = fuse_episode(posed, _observations(hands), opts, _scale_candidates(frames, imu))
+    fused = fuse_episode(posed, _observations(hands), opts, _scale_candidates(frames, imu, stereo))
     metric = fused.scale.scale_source != "none"
     gravity = None if imu is None or imu.gravity_world is None else imu.gravity_world.tolist()
     ts = dict(zip(posed.frame_idx.tolist(), posed.ts_s.tolist(), strict=True))

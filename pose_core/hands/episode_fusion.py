@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pose_core.camera_poses.scale import ImuScaleOptions
+from pose_core.camera_poses.stereo import StereoScaleOptions
 from pose_core.errors import ShapeError
 from pose_core.hands.fusion import (
     ScaleChoice,
@@ -54,6 +55,9 @@ class FusionOptions:
     user_metres_per_unit: float | None = None
     # Metric scale (and gravity direction) from the episode's IMU sidecar, when it has one.
     imu_scale: ImuScaleOptions = field(default_factory=ImuScaleOptions)
+    # Metric scale from the episode's stereo partner (needs a calibration sidecar with a baseline),
+    # trusted before the IMU.
+    stereo_scale: StereoScaleOptions = field(default_factory=StereoScaleOptions)
 
     def __post_init__(self) -> None:
         if (

@@ -1,6 +1,8 @@
 """Camera-pose stages on local Spark: a synthetic clip in 3 shards -> a pose for every frame.
 
-One pipeline run (ingest .. completion) is shared by the tests of this module.
+One pipeline run (ingest .. completion) is shared by the tests of this module. The clip is a stereo
+pair (the camera stages use the left stream only): fusion's metric scale is tested from the IMU
+(stereo off) and from the stereo pair.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ CAMERA_TABLES = (
     "map_points",
     "keyframe_poses",
     "ba_points",
+    "ba_cameras",
     "camera_poses",
 )
 
@@ -37,7 +40,7 @@ def camera_run(spark, tmp_path_factory):
     from jobs.sample import SampleOptions, write_sample
 
     root = tmp_path_factory.mktemp("camera_sample")
-    paths = write_sample(root, SampleOptions(frames=FRAMES))
+    paths = write_sample(root, SampleOptions(frames=FRAMES, stereo=True))
     out = str(tmp_path_factory.mktemp("camera_out"))
     cfg = load_config([], [f"ingest.shard_frames={SHARD_FRAMES}"])
     t0 = time.monotonic()
@@ -65,6 +68,8 @@ def test_every_frame_has_a_camera_pose_close_to_ground_truth(spark, camera_run):
     assert (poses["pose_quality"].isin(["keyframe", "motion_only"])).mean() >= 0.9
     cams = _table(spark, out, "cameras")
     assert cams[["fx", "cx", "intrinsics_source"]].values.tolist() == [[500.0, 319.5, "sidecar"]]
+    ba_cams = _table(spark, out, "ba_cameras")[["fx", "intrinsics_source", "focal_status"]]
+    assert ba_cams.values.tolist() == [[500.0, "sidecar", "fixed"]]  # calibrated: BA leaves the focal alone
     feats = _table(spark, out, "features")
     frames = _table(spark, out, "frames")
     assert len(frames) == FRAMES and feats["owned"].sum() == FRAMES
@@ -82,23 +87,20 @@ def test_rerunning_camera_stages_leaves_row_counts_unchanged(spark, camera_run):
     assert {name: len(_table(spark, out, name)) for name in CAMERA_TABLES} == before
 
 
-def test_fusion_makes_the_tracked_trajectory_metric_with_the_imu(spark, camera_run):
-    """Fusion over the tracked poses + the sample's IMU sidecar: scale_source imu, within 5 % of truth.
-
-    hands_cam is replaced by noisy ground-truth fits (the scale, not the estimator, is under test), so
-    this runs after the re-run test, whose tracking masks features with hands_cam's boxes.
-    """
+def _fuse_tracked_poses(spark, camera_run, cfg, run_id):
+    """Fusion over the tracked poses with noisy ground-truth `hands_cam` (the scale, not the estimator,
+    is under test). Returns (hands_world rows, Sim(3) truth in metres per map unit, estimated and true
+    poses `(F, 4, 4)`, measured frames `(F,)`)."""
     from jobs import fusion
     from jobs.stage import StageContext
     from jobs.tables import Layout, Lineage, write
     from pose_core.camera_poses.evaluation import evaluate_trajectory
-    from pose_core.geometry.rigid3 import nearest_rotation
     from schemas.tables import HANDS_CAM
     from tests.udfs.test_hands_fusion import noisy_hands_cam
     from udfs.camera_tables import world_from_cam_from_columns
     from udfs.fusion import MEASURED_QUALITIES
 
-    out, cfg, _, paths, _ = camera_run
+    out, _, _, paths, _ = camera_run
     poses = _table(spark, out, "camera_poses").sort_values("frame_idx")
     episode_id = poses["episode_id"].iat[0]
     measured = poses["pose_quality"].isin(MEASURED_QUALITIES).to_numpy()
@@ -112,11 +114,26 @@ def test_fusion_makes_the_tracked_trajectory_metric_with_the_imu(spark, camera_r
     k_px = np.array([[500.0, 0.0, 319.5], [0.0, 500.0, 239.5], [0.0, 0.0, 1.0]])
     episode = SimpleNamespace(num_frames=FRAMES, K=k_px, **truth_files)
     hands = noisy_hands_cam(episode, np.random.default_rng(0), episode_id=episode_id)
-    layout, lineage = Layout(out), Lineage("run-imu", fusion.STAGE.version, "h")
+    layout, lineage = Layout(out), Lineage(run_id, fusion.STAGE.version, "h")
     write(spark.createDataFrame(hands), layout, HANDS_CAM, [episode_id], lineage)
-    [outcome] = fusion.process(StageContext(spark, cfg, layout, "run-imu"), lineage, [episode_id])
+    [outcome] = fusion.process(StageContext(spark, cfg, layout, run_id), lineage, [episode_id])
     assert outcome.status == "ok", outcome
-    world = _table(spark, out, "hands_world")
+    return _table(spark, out, "hands_world"), truth, est, gt, measured
+
+
+def test_fusion_makes_the_tracked_trajectory_metric_with_the_imu(spark, camera_run):
+    """Fusion over the tracked poses + the sample's IMU sidecar (stereo off): scale_source imu, within 5 %.
+
+    Runs after the re-run test, whose tracking masks features with hands_cam's boxes.
+    """
+    from dataclasses import replace
+
+    from pose_core.camera_poses.stereo import StereoScaleOptions
+    from pose_core.geometry.rigid3 import nearest_rotation
+
+    cfg = camera_run[1]
+    mono = replace(cfg, fusion=replace(cfg.fusion, stereo_scale=StereoScaleOptions(enabled=False)))
+    world, truth, est, gt, measured = _fuse_tracked_poses(spark, camera_run, mono, "run-imu")
     assert (world["scale_source"] == "imu").all() and world["metres_per_unit"].nunique() == 1
     scale = world["metres_per_unit"].iat[0]
     # Gravity in the tracked world, compared in the ground-truth world (z up) through the best rotation.
@@ -128,3 +145,17 @@ def test_fusion_makes_the_tracked_trajectory_metric_with_the_imu(spark, camera_r
                 measured.sum(), FRAMES)  # fmt: skip
     assert scale == pytest.approx(truth, rel=0.05)
     assert gravity_err_deg < 2.0
+
+
+def test_fusion_prefers_the_stereo_scale(spark, camera_run):
+    """Fusion over the tracked poses of the stereo sample (IMU sidecar too): scale_source stereo, within 3 %.
+
+    The executor decodes both streams at up to 12 keyframes and compares the stereo depth of their
+    BA points with the map depth.
+    """
+    world, truth, _, _, measured = _fuse_tracked_poses(spark, camera_run, camera_run[1], "run-stereo")
+    assert (world["scale_source"] == "stereo").all() and world["metres_per_unit"].nunique() == 1
+    scale = world["metres_per_unit"].iat[0]
+    logger.info("stereo scale of the tracked poses: %.5f m/unit, truth %.5f (%+.2f %%); %d of %d frames "
+                "measured", scale, truth, 100 * (scale / truth - 1), measured.sum(), FRAMES)  # fmt: skip
+    assert scale == pytest.approx(truth, rel=0.03)
