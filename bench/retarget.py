@@ -6,7 +6,9 @@ Each arm gets a synthetic episode: both wearer hands follow reachable robot-made
 (`tests/pose_core/retarget_trajectories.py`, base placed by the profile), so errors have ground truth.
 The Allegro hand follows a synthetic human hand (`pose_core.synth.hands`). One BLAS thread: the figure
 is frames per CPU core (`frames_per_cpu_s` counts process CPU time, robust to a busy machine; the
-wall-clock figure is given too). Writes `retarget.{md,json}` with the command, machine and date.
+wall-clock figure is given too). For the wearer's hands, which have no ground truth, the frames flagged
+unreachable are described by their tool position and orientation errors (`miss_*`). Writes
+`retarget.{md,json}` with the command, machine and date (`bench.report.provenance`).
 """
 
 from __future__ import annotations
@@ -14,17 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import sys
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
+from bench.report import provenance
 from pose_core.retarget.arm import world_from_wrist_for_targets
 from pose_core.retarget.embodiment import Embodiment
 from pose_core.retarget.ik import pose_errors
@@ -36,12 +36,14 @@ from udfs.retarget import RetargetStageOptions, load_embodiments, retarget_episo
 
 ARMS = ("so100", "so101", "panda", "xarm7")
 IDENTITIES = ("wearer_left", "wearer_right")
+METRIC = "user"  # the synthetic hands are in metres: any metric scale source will do
 
 
 def _inputs(frame_idx: np.ndarray, kp: dict[str, np.ndarray]) -> tuple[pd.DataFrame, pd.DataFrame]:
     frames = pd.DataFrame({"episode_id": "bench", "frame_idx": frame_idx, "ts_s": frame_idx / FPS})
     hands = pd.concat([pd.DataFrame({"episode_id": "bench", "frame_idx": frame_idx, "identity": ident,
-                                     "keypoints_world_m": list(k.reshape(len(k), -1).astype(np.float32))})
+                                     "keypoints_world_m": list(k.reshape(len(k), -1).astype(np.float32)),
+                                     "scale_source": METRIC})
                        for ident, k in kp.items()], ignore_index=True)
     return frames, hands
 
@@ -111,6 +113,14 @@ def measure(name: str, frames: int, opts: RetargetStageOptions, robot_made: bool
                     "limit_violations": limit, "speed_violations": speed})
     elif emb.kind == "hand":
         row["vector_err_mean_mm"] = round(1e3 * float(out["ee_error_m"].mean()), 2)
+    else:
+        missed = out[~out["reachable"]]
+        if len(missed):
+            pos_mm, rot_deg = 1e3 * missed["ee_error_m"], np.degrees(missed["ee_error_rad"])
+            row.update({"miss_pos_err_median_mm": round(float(pos_mm.median()), 1),
+                        "miss_pos_err_max_mm": round(float(pos_mm.max()), 1),
+                        "miss_rot_err_median_deg": round(float(rot_deg.median()), 1),
+                        "miss_rot_err_max_deg": round(float(rot_deg.max()), 1)})
     return row
 
 
@@ -125,13 +135,7 @@ def main() -> None:
     with threadpool_limits(1):
         rows = [measure(name, args.frames, opts, True) for name in ARMS]
         rows += [measure(name, args.frames, opts, False) for name in (*ARMS, "allegro")]
-    meta = {
-        "command": "python -m bench.retarget " + " ".join(sys.argv[1:]),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
-                   f"python {platform.python_version()}",
-        "load_average_1min": round(os.getloadavg()[0], 1),
-    }
+    meta = {**provenance("bench.retarget"), "load_average_1min": round(os.getloadavg()[0], 1)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "retarget.json").write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n", encoding="utf-8")

@@ -61,12 +61,15 @@ def new_run_id() -> str:
 
 
 def stage_hashes(cfg: PipelineConfig) -> dict[str, str]:
-    """Config hash per stage, chained: a stage's hash covers its own sections, its version and
-    its upstream's hash, so changing an upstream knob invalidates everything downstream.
+    """Config hash per stage, chained: a stage's hash covers its own sections, its version,
+    its `inputs_digest` (files it reads besides the config) and its upstream's hash, so changing an
+    upstream knob invalidates everything downstream.
     """
     hashes = {ingest.STAGE_NAME: section_hash(cfg, ("ingest",), salt=ingest.STAGE_VERSION)}
     for stage in EPISODE_STAGES:
         salt = f"{stage.version}|{hashes[stage.upstream or ingest.STAGE_NAME]}"
+        if stage.inputs_digest is not None:
+            salt += f"|{stage.inputs_digest(cfg)}"
         hashes[stage.name] = section_hash(cfg, stage.config_sections, salt=salt)
     last = EPISODE_STAGES[-1].name
     hashes[export.STAGE_NAME] = section_hash(cfg, ("export",), salt=f"{export.STAGE_VERSION}|{hashes[last]}")
@@ -124,6 +127,8 @@ def run_pipeline(  # noqa: PLR0913 - mirrors the CLI's options one to one
             lineage = Lineage(ctx.run_id, export.STAGE_VERSION, hashes[name])
             exported = export.run(ctx, lineage)
             record_runs(ctx, name, lineage, exported.outcomes)
+            for dataset, outcomes in exported.robot_outcomes.items():  # `runs` rows per robot dataset
+                record_runs(ctx, f"{name}:{dataset}", lineage, outcomes)
             summary.add(name, exported.outcomes)
             continue
         stage = next(s for s in EPISODE_STAGES if s.name == name)

@@ -1,9 +1,10 @@
 """Stage `retarget`: wearer hands to robot joint trajectories per episode (cogroup) into `robot_actions`.
 
 Inputs are light columns only: `frames` (the time axis) and `hands_world` (world keypoints of the
-retargeted identities). The robots are `cfg.embodiments` (`--set embodiments=[so100,panda]`); with
-none the stage writes nothing and says so. Profiles and URDFs are loaded on the driver first, so a
-missing profile or URDF fails the batch with an error naming it before any Spark job starts.
+retargeted identities, the episode's scale source). The robots are `cfg.embodiments`
+(`--set embodiments=[so100,panda]`); with none the stage writes nothing and says so. Profiles and URDFs
+are loaded on the driver first, so a missing profile or URDF fails the batch with an error naming it
+before any Spark job starts. The profiles' text is part of the stage's config hash (`inputs_digest`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from jobs.tables import Lineage, read
 from schemas.base import spark_schema
 from schemas.tables import FRAMES, HANDS_WORLD, ROBOT_ACTIONS
 from udfs.guard import guarded_schema
-from udfs.retarget import FRAME_COLUMNS, GRAVITY_COLUMN, HAND_COLUMNS, guarded_retarget, load_embodiments
+from udfs.retarget import (
+    FRAME_COLUMNS,
+    GRAVITY_COLUMN,
+    HAND_COLUMNS,
+    guarded_retarget,
+    load_embodiments,
+    profiles_digest,
+)
 
 __all__ = ["STAGE", "process"]
 
@@ -50,9 +58,10 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
 
 STAGE = Stage(
     name="retarget",
-    version="1",
+    version="2",
     upstream="fusion",
     config_sections=("embodiments", "retarget"),
     outputs=(ROBOT_ACTIONS,),
     process=process,
+    inputs_digest=lambda cfg: profiles_digest(cfg.embodiments, cfg.retarget),
 )

@@ -79,6 +79,8 @@ class Stage:
         config_sections: `PipelineConfig` sections its output depends on.
         outputs: the tables it writes.
         process: computes and writes its tables for some episodes, returns one outcome each.
+        inputs_digest: optional digest of files outside the config its output depends on (the robot
+            profiles of retarget), part of the config hash so that editing them invalidates the stage.
     """
 
     name: str
@@ -87,6 +89,7 @@ class Stage:
     config_sections: tuple[str, ...]
     outputs: tuple[TableSchema, ...]
     process: ProcessFn
+    inputs_digest: Callable[[PipelineConfig], str] | None = None
 
 
 def now() -> datetime:

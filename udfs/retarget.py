@@ -1,20 +1,28 @@
 """Per-episode retargeting: the episode's frames and `hands_world` rows in, `robot_actions` rows out.
 
 Called by the `retarget` stage through `groupBy(episode_id).cogroup(...).applyInPandas` with two light
-frames per episode: its frames (`frame_idx`, `ts_s`) and its wearer hands' world keypoints. Callable on
-pandas frames without Spark.
+frames per episode: its frames (`frame_idx`, `ts_s`) and its wearer hands' world keypoints with the
+episode's `scale_source`. Callable on pandas frames without Spark.
 
-Rows: for each configured embodiment and each retargeted identity the episode has, one row per frame
-of the episode (`frames`), so a robot trajectory has the video's time axis. Frames where that hand
-has no `hands_world` row (not seen, not gap-filled) keep their row with null joints, gripper and
-poses and `reachable = false`: the gaps are explicit, and nothing is invented there. Frames with a
-hand whose target the robot cannot reach keep the solver's bounded, continuous joints with
+Rows: for each configured embodiment and each retargeted identity the episode has, one row per control
+step of the embodiment: step k is at the first frame's `ts_s` + k / `control_fps` (the profile's rate)
+and takes the hand of the source frame nearest in presentation time (`frame_idx`; sample and hold as the
+export's tensors, never interpolated), so speed limits hold at the robot's own rate. Steps whose
+source frame has no `hands_world` row for that hand (not seen, not gap-filled) keep their row with null
+joints, gripper and poses and `reachable = false`: the gaps are explicit, and nothing is invented there.
+Steps with a hand whose target the robot cannot reach keep the solver's bounded, continuous joints with
 `reachable = false` (flagged, not hidden). Dexterous hands (`kind: hand`) get keypoint-vector joints,
 a null gripper and null tool poses; their `ee_error_m` is the mean keypoint-vector error.
+
+Scale: an arm follows wrist positions, which are metres only when the episode's `scale_source` is not
+`none`. Without a metric scale every arm's rows are written with null joints, `reachable = false` and
+the reason in `refused` (the export leaves the episode out of that robot's dataset, naming it); a
+dexterous hand needs only wrist-relative keypoints, metric from the hand-size prior, and is retargeted.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from pose_core.errors import EgolakeError
+from pose_core.hands.fusion import SCALE_SOURCES
 from pose_core.retarget import (
     Embodiment,
     HandRetargetOptions,
@@ -37,6 +46,7 @@ from pose_core.retarget import (
     world_from_base_at_wrists,
     wrist_from_keypoints,
 )
+from pose_core.training.tensors import nearest_source, uniform_times
 from schemas.tables import ROBOT_ACTIONS
 from udfs.guard import run_unit
 
@@ -47,8 +57,11 @@ __all__ = [
     "GRAVITY_COLUMN",
     "HAND_COLUMNS",
     "RetargetStageOptions",
+    "USER_SCALE_HINT",
     "guarded_retarget",
     "load_embodiments",
+    "profile_path",
+    "profiles_digest",
     "retarget_episode",
 ]
 
@@ -60,8 +73,10 @@ DEFAULT_PROFILES_DIR = Path(__file__).resolve().parents[1] / "conf" / "embodimen
 BASE_PLACEMENTS = ("profile", "wrist_median")
 #: Columns of the two inputs; `gravity_dir_world` (hands_world, per episode) is optional.
 FRAME_COLUMNS: tuple[str, ...] = ("episode_id", "frame_idx", "ts_s")
-HAND_COLUMNS: tuple[str, ...] = ("episode_id", "frame_idx", "identity", "keypoints_world_m")
+HAND_COLUMNS: tuple[str, ...] = ("episode_id", "frame_idx", "identity", "keypoints_world_m", "scale_source")
 GRAVITY_COLUMN = "gravity_dir_world"
+#: How a user gives a metric scale when the episode has none (conf/embodiments/README.md).
+USER_SCALE_HINT = "--set fusion.user_metres_per_unit=<metres per map unit>"
 
 
 @dataclass(frozen=True)
@@ -93,25 +108,46 @@ class RetargetStageOptions:
                              f"got {self.base_placement!r}")
 
 
-_EMBODIMENTS: dict[tuple[str, str, str], Embodiment] = {}
+_EMBODIMENTS: dict[tuple[str, str, str, str], Embodiment] = {}
+
+
+def profile_path(name: str, opts: RetargetStageOptions) -> Path:
+    """The profile file of embodiment `name` (`retarget.profiles_dir`, else the project's)."""
+    return (Path(opts.profiles_dir) if opts.profiles_dir else DEFAULT_PROFILES_DIR) / f"{name}.yaml"
+
+
+def profiles_digest(names: Sequence[str], opts: RetargetStageOptions) -> str:
+    """SHA-256 (16 hex) of the named profiles' text (a missing one counts as missing).
+
+    Part of the retarget stage's config hash: editing a profile re-runs the stage on `--resume`. The
+    URDFs are not covered (they are the robots', outside egolake): after changing one, run with
+    `--from-stage retarget`.
+    """
+    digest = hashlib.sha256()
+    for name in names:
+        path = profile_path(name, opts)
+        digest.update(f"{name}\0".encode())
+        digest.update(path.read_bytes() if path.is_file() else b"missing")
+    return digest.hexdigest()[:16]
 
 
 def load_embodiments(names: Sequence[str], opts: RetargetStageOptions) -> tuple[Embodiment, ...]:
     """The named profiles with their URDFs, loaded on first use in this process and cached.
 
+    The cache key includes the profile's text, so an edited profile is read again.
+
     Raises:
         EgolakeError: a name has no profile (the known ones are listed).
         InputError: the robots root is unset, or a profile or its URDF is invalid or missing (named).
     """
-    folder = Path(opts.profiles_dir) if opts.profiles_dir else DEFAULT_PROFILES_DIR
     out = []
     for name in names:
-        key = (name, str(folder), opts.robots_dir)
+        path = profile_path(name, opts)
+        if not path.is_file():
+            known = sorted(p.stem for p in path.parent.glob("*.yaml"))
+            raise EgolakeError(f"no embodiment profile {name!r} in {path.parent}; known: {known}")
+        key = (name, str(path), opts.robots_dir, path.read_text(encoding="utf-8"))
         if key not in _EMBODIMENTS:
-            path = folder / f"{name}.yaml"
-            if not path.is_file():
-                known = sorted(p.stem for p in folder.glob("*.yaml"))
-                raise EgolakeError(f"no embodiment profile {name!r} in {folder}; known: {known}")
             _EMBODIMENTS[key] = load_embodiment(path, opts.robots_dir or None)
         out.append(_EMBODIMENTS[key])
     return tuple(out)
@@ -132,6 +168,30 @@ def _gravity(hands: pd.DataFrame, opts: RetargetStageOptions) -> np.ndarray:
     return np.asarray(opts.default_gravity_dir_world, np.float64)
 
 
+def _scale_refusal(hands: pd.DataFrame) -> str | None:
+    """Why arms cannot be retargeted in this episode (no metric scale), or None when they can."""
+    sources = sorted({str(s) for s in hands["scale_source"].dropna()})
+    if len(sources) == 1 and sources[0] in SCALE_SOURCES:
+        return None
+    found = sources[0] if len(sources) == 1 else (", ".join(sources) or "null")
+    return (f"no metric scale (hands_world.scale_source = {found}): wrist motion is in map units, not "
+            f"metres; give the scale with {USER_SCALE_HINT}")
+
+
+def _refused_columns(emb: Embodiment, steps: int, reason: str) -> dict[str, object]:
+    return {
+        "refused": reason,
+        "joint_names": [list(emb.model.joint_names)] * steps,
+        "joint_positions": None,
+        "gripper": np.nan,
+        "ee_target_base": None,
+        "ee_base": None,
+        "ee_error_m": np.nan,
+        "ee_error_rad": np.nan,
+        "reachable": False,
+    }
+
+
 def _arm_columns(emb: Embodiment, kp: np.ndarray, has: np.ndarray, ts: np.ndarray, is_right: bool,
                  opts: RetargetStageOptions, gravity: np.ndarray) -> dict[str, object]:
     world_from_wrist = wrist_from_keypoints(kp, is_right)
@@ -141,6 +201,7 @@ def _arm_columns(emb: Embodiment, kp: np.ndarray, has: np.ndarray, ts: np.ndarra
     res = retarget_wrist_trajectory(emb, world_from_wrist, aperture, ts, opts.arm, base)
     gripper = res.gripper if emb.gripper is not None else np.full(len(ts), np.nan)
     return {
+        "refused": None,
         "joint_names": [list(res.joint_names)] * len(ts),
         "joint_positions": _rows_on_axis(res.joint_positions, has),
         "gripper": np.where(has, gripper, np.nan),
@@ -158,6 +219,7 @@ def _hand_columns(emb: Embodiment, kp: np.ndarray, has: np.ndarray, ts: np.ndarr
     res = retarget_hand_keypoints(emb, in_wrist, ts, opts.hand)
     valid = res.valid & has
     return {
+        "refused": None,
         "joint_names": [list(res.joint_names)] * len(ts),
         "joint_positions": _rows_on_axis(res.joint_positions, valid),
         "gripper": np.nan,
@@ -184,17 +246,23 @@ def retarget_episode(frames: pd.DataFrame, hands: pd.DataFrame, embodiments: Seq
         Rows with `ROBOT_ACTIONS.columns` (lineage columns excepted).
 
     Raises:
-        EgolakeError: a hand row names a frame that `frames` lacks, or `ts_s` is not strictly increasing.
+        EgolakeError: a hand row names a frame that `frames` lacks, `ts_s` is not strictly increasing,
+            or `hands` lacks `scale_source`.
     """
     hands = hands[hands["identity"].isin(opts.identities)]
     if hands.empty or frames.empty or not embodiments:
         return pd.DataFrame(columns=ROBOT_ACTIONS.columns)
     episode_id = frames["episode_id"].iat[0]
+    if "scale_source" not in hands:
+        raise EgolakeError(f"episode {episode_id}: hands_world rows need scale_source (arms need metres)")
     axis = frames.sort_values("frame_idx").drop_duplicates("frame_idx")
     frame_idx = axis["frame_idx"].to_numpy(np.int64)
     ts = axis["ts_s"].to_numpy(np.float64)
+    if not np.all(np.diff(ts) > 0):
+        raise EgolakeError(f"episode {episode_id}: retargeting needs strictly increasing ts_s in frame order")
     position = pd.Series(np.arange(len(frame_idx)), index=frame_idx)
     gravity = _gravity(hands, opts)
+    refusal = _scale_refusal(hands)
     parts = []
     for identity, rows in hands.groupby("identity", sort=True):
         at = position.reindex(rows["frame_idx"].to_numpy(np.int64))
@@ -206,14 +274,28 @@ def retarget_episode(frames: pd.DataFrame, hands: pd.DataFrame, embodiments: Seq
                                              ).reshape(-1, 21, 3)
         has = np.zeros(len(frame_idx), bool)
         has[at.to_numpy(np.int64)] = True
+        is_right = identity == "wearer_right"
         for emb in embodiments:
-            is_right = identity == "wearer_right"
-            columns = (_arm_columns(emb, kp, has, ts, is_right, opts, gravity) if emb.kind == "arm"
-                       else _hand_columns(emb, kp, has, ts, is_right, opts))
+            times = uniform_times(ts, emb.control_fps)  # control steps, seconds from the first frame
+            src = nearest_source(ts, times)
+            step_ts = ts[0] + times
+            refused = refusal if emb.kind == "arm" else None
+            if refused is not None:
+                columns = _refused_columns(emb, len(src), refused)
+            elif emb.kind == "arm":
+                columns = _arm_columns(emb, kp[src], has[src], step_ts, is_right, opts, gravity)
+            else:
+                columns = _hand_columns(emb, kp[src], has[src], step_ts, is_right, opts)
             out = pd.DataFrame({"episode_id": episode_id, "embodiment": emb.name, "identity": identity,
-                                "frame_idx": frame_idx, "ts_s": ts, **columns})
-            logger.info("retargeted episode=%s embodiment=%s identity=%s frames=%d with_hand=%d reachable=%d",
-                        episode_id, emb.name, identity, len(out), int(has.sum()), int(out["reachable"].sum()))
+                                "step_idx": np.arange(len(src)), "control_fps": emb.control_fps,
+                                "frame_idx": frame_idx[src], "ts_s": step_ts, **columns})
+            if refused is not None:
+                logger.warning("retarget refused episode=%s embodiment=%s identity=%s: %s", episode_id,
+                               emb.name, identity, refused)
+            else:
+                logger.info("retargeted episode=%s embodiment=%s identity=%s steps=%d at %d Hz with_hand=%d "
+                            "reachable=%d", episode_id, emb.name, identity, len(out), emb.control_fps,
+                            int(has[src].sum()), int(out["reachable"].sum()))
             parts.append(out)
     return pd.concat(parts, ignore_index=True).loc[:, list(ROBOT_ACTIONS.columns)]
 

@@ -7,14 +7,20 @@ Convention:
     arm whose tool orientation falls short).
 
 Algorithm:
-    The first valid frame is solved from the home pose; if that fails, from it and ``restarts`` random
-    seeds at once, keeping the best (ties: closest to home). Later frames are solved in chunks of
-    ``chunk_frames``: every frame of a chunk starts from the last solved frame and is bounded by the
-    joint limits and by the velocity box ``q_last +- v_max * (t - t_last)``, all in one batched DLS
-    call; a frame that does not converge is solved again from the frame before it, with a null-space
-    posture task towards the home pose that moves a stretched-out (singular) arm back into its
-    workspace. A sequential pass then clips each frame to ``q_prev +- v_max * dt`` (a no-op when the
-    chunk's solutions are continuous), so joint limits and speed limits hold exactly. Frames whose
+    The first valid frame is solved from the home pose; if that fails, from it, home and ``restarts``
+    random seeds at once, keeping the solution within reach nearest to home (else the best). Later
+    frames are solved in chunks of ``chunk_frames``: every frame of a chunk starts from the last solved
+    frame and is bounded by the joint limits and by the velocity box ``q_last +- v_max * (t - t_last)``,
+    all in one batched DLS call; a frame that does not converge, or that lies outside the speed box of
+    the frame before it (batched rows can settle on different null-space configurations), is solved
+    again from the frame before it, with a null-space posture task towards the home pose that moves a
+    stretched-out (singular) arm back into its workspace. A frame still out of reach ("stuck": against
+    a joint limit, or on a branch that cannot follow) searches a solution from anywhere, nearest to its
+    current joints, every ``search_interval_s``, and moves towards it: with the tool point held on
+    target (the position task, the search's solution pulling in its null space) when only the
+    orientation is out of reach, straight at the speed limits when the position is lost too. A
+    sequential pass then clips each frame to ``q_prev +- v_max * dt`` (a no-op when the chunk's
+    solutions are continuous), so joint limits and speed limits hold exactly. Frames whose
     target is NaN (no hand) are bridged by linear interpolation (`rate_limit`). Frames whose final
     tool pose misses the target by more than the profile's reach tolerances, or that have no target,
     are flagged ``reachable = False``: joints there are a bounded, continuous best effort, never a
@@ -61,9 +67,10 @@ class RetargetOptions:
 
     # Solver for every frame after the first (warm-started from the previous chunk).
     ik: IKOptions = field(default_factory=lambda: IKOptions(max_iters=40))
-    # Solver for the first valid frame (cold start from home, then from random seeds if that fails).
+    # Solver for the first valid frame and a stuck arm's search (from home or the current joints, then
+    # from random seeds if that fails).
     first_frame_ik: IKOptions = field(default_factory=lambda: IKOptions(max_iters=100))
-    # Random seeds for the first frame when the home start does not converge.
+    # Random seeds of a search from anywhere (first frame, stuck arm) when the first start does not converge.
     restarts: int = 31
     # Frames solved together in one batched call from the last solved frame (longer chunks drift apart
     # in the null space of 7-DoF arms).
@@ -72,8 +79,17 @@ class RetargetOptions:
     # arm heads for it while stuck; the next search waits this long, seconds (a search costs `restarts`
     # solves, and an out-of-reach stretch would search at every frame).
     search_interval_s: float = 0.25
+    # A stuck arm whose tool point is on target (only the orientation is out of reach) moves towards the
+    # searched solution at this fraction of its speed limits; the rest of the speed box is left to the
+    # position task, which holds the tool point on target meanwhile.
+    reconfigure_speed_fraction: float = 0.5
     # Seed of the random restarts (results are deterministic for a given seed).
     random_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.reconfigure_speed_fraction <= 1.0:
+            raise ValueError("retarget.arm.reconfigure_speed_fraction must be in (0, 1], "
+                             f"got {self.reconfigure_speed_fraction}")
 
 
 @dataclass(frozen=True)
@@ -262,28 +278,32 @@ def _within_reach(emb: Embodiment, position_error_m: FloatArray,
     return ok
 
 
-def _first_frame(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptions) -> tuple[FloatArray, bool]:
-    """Joints ``(J,)`` for one target ``(4, 4)`` from anywhere, and whether they are within reach.
+def _solve_anywhere(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptions,
+                    near: FloatArray) -> tuple[FloatArray, bool]:
+    """Joints ``(J,)`` for one target ``(4, 4)`` within the joint limits only, and whether they reach it.
 
-    From home if that is solved, else the best of home and ``restarts`` random seeds.
+    From ``near`` (joints ``(J,)``: home for the first frame, the current joints for a stuck arm) if that is
+    solved; else ``near``, home and ``restarts`` random seeds at once: of the solutions within reach the
+    one nearest to ``near`` (a short way to go), else the best one.
     """
     one = (emb.lower[None], emb.upper[None])
-    sol = solve_pose_ik(emb.model, 0, tcp_target[None], emb.home[None], one, opts.first_frame_ik, emb.home,
+    sol = solve_pose_ik(emb.model, 0, tcp_target[None], near[None], one, opts.first_frame_ik, emb.home,
                         emb.ee_from_tcp)
     if _solved(emb, sol, opts.first_frame_ik)[0]:
         return sol.joint_positions[0], True
     rng = np.random.default_rng(opts.random_seed)
     lo, hi = np.maximum(emb.lower, -np.pi), np.minimum(emb.upper, np.pi)
-    seeds = np.vstack([sol.joint_positions, rng.uniform(lo, hi, (opts.restarts, emb.model.num_joints))])
+    seeds = np.vstack([sol.joint_positions, emb.home[None],
+                       rng.uniform(lo, hi, (opts.restarts, emb.model.num_joints))])
     bounds = (np.broadcast_to(emb.lower, seeds.shape), np.broadcast_to(emb.upper, seeds.shape))
     sol = solve_pose_ik(emb.model, 0, np.broadcast_to(tcp_target, (len(seeds), 4, 4)), seeds, bounds,
                         opts.first_frame_ik, emb.home, emb.ee_from_tcp)
-    score = sol.position_error_m + emb.reach_position_tol_m * sol.orientation_error_rad
-    best = score <= score.min() + opts.first_frame_ik.position_tol_m
-    dist = np.where(best, np.linalg.norm(sol.joint_positions - emb.home, axis=1), np.inf)
-    pick = int(np.argmin(dist))
-    return sol.joint_positions[pick], bool(_within_reach(emb, sol.position_error_m[pick:pick + 1],
-                                                         sol.orientation_error_rad[pick:pick + 1])[0])
+    reached = _within_reach(emb, sol.position_error_m, sol.orientation_error_rad)
+    if np.any(reached):
+        pick = int(np.argmin(np.where(reached, np.linalg.norm(sol.joint_positions - near, axis=1), np.inf)))
+    else:
+        pick = int(np.argmin(sol.position_error_m + emb.reach_position_tol_m * sol.orientation_error_rad))
+    return sol.joint_positions[pick], bool(reached[pick])
 
 
 def solve_in_chunks(  # noqa: PLR0913 - the solver, its start and the limits
@@ -295,6 +315,7 @@ def solve_in_chunks(  # noqa: PLR0913 - the solver, its start and the limits
     ts_s: FloatArray,
     emb: Embodiment,
     chunk_frames: int,
+    repair_jumps: bool = True,
 ) -> FloatArray:
     """Warm-started chunks of batched solves, then exact joint and speed limits (see the module's Algorithm).
 
@@ -308,6 +329,8 @@ def solve_in_chunks(  # noqa: PLR0913 - the solver, its start and the limits
         ts_s: strictly increasing times, seconds, ``(F,)``.
         emb: limits and speed limits.
         chunk_frames: frames per batched solve.
+        repair_jumps: also solve again, one by one, the frames that left the speed box of the frame before
+            them (else the final pass clips them).
 
     Returns:
         Joints ``(F, J)`` within limits, with every step within ``velocity * dt``.
@@ -323,9 +346,12 @@ def solve_in_chunks(  # noqa: PLR0913 - the solver, its start and the limits
             reach = emb.velocity * (ts_s[idx] - ts_s[last])[:, None]
             bounds = (np.maximum(emb.lower, q[last] - reach), np.minimum(emb.upper, q[last] + reach))
             q[idx], converged = solve_batch(idx, np.repeat(q[last][None], len(idx), 0), bounds)
-            for k in np.flatnonzero(~converged):
+            for k in range(len(idx)):
                 i, prev = idx[k], idx[k - 1] if k else last  # the frame before it that has a target
                 step = emb.velocity * (ts_s[i] - ts_s[prev])
+                jumped = repair_jumps and np.any(np.abs(q[i] - q[prev]) > step * (1.0 + 1e-9))
+                if converged[k] and not jumped:
+                    continue
                 box = (np.maximum(emb.lower, q[prev] - step)[None],
                        np.minimum(emb.upper, q[prev] + step)[None])
                 q[i] = solve_batch(np.array([i]), q[prev][None], box)[0][0]
@@ -387,19 +413,28 @@ def retarget_wrist_trajectory(  # noqa: PLR0913 - the trajectory, its timing and
                                                         sol.orientation_error_rad)[0]
             if stuck and ts_s[idx[0]] >= next_search_s:
                 # Against a joint limit, or on a branch that lost the target: if the target has a
-                # solution from anywhere, head for it at the speed limits (flagged until it is reached)
-                # until the next search is due.
-                found, reached = _first_frame(emb, tcp_targets[idx[0]], opts)
+                # solution from anywhere, move towards the nearest one (flagged until it is reached) until
+                # the next search is due.
+                found, reached = _solve_anywhere(emb, tcp_targets[idx[0]], opts, seeds[0])
                 goal = found if reached else None
                 next_search_s = ts_s[idx[0]] + opts.search_interval_s
             if stuck and goal is not None:
-                return np.clip(goal, *bounds).reshape(1, -1), np.zeros(1, dtype=bool)
+                if sol.position_error_m[0] > emb.reach_position_tol_m:
+                    # The tool point is lost too (a local minimum): straight to the goal at the speed limits.
+                    return np.clip(goal, *bounds).reshape(1, -1), np.zeros(1, dtype=bool)
+                # Only the orientation is out of reach: reconfigure at a fraction of the speed box, the
+                # rest keeping the tool point on target.
+                stride = opts.reconfigure_speed_fraction * 0.5 * (bounds[1] - bounds[0])
+                toward = seeds + np.clip(goal - seeds, -stride, stride)
+                moved = solve_pose_ik(emb.model, 0, tcp_targets[idx], seeds, bounds, opts.ik, None,
+                                      emb.ee_from_tcp, toward=toward)
+                return moved.joint_positions, np.zeros(1, dtype=bool)
             if not stuck:
                 goal = None
             return sol.joint_positions, _solved(emb, sol, opts.ik)
 
-        q = solve_in_chunks(solve, _first_frame(emb, tcp_targets[first], opts)[0], first, valid, ts_s, emb,
-                            opts.chunk_frames)
+        q_first = _solve_anywhere(emb, tcp_targets[first], opts, emb.home)[0]
+        q = solve_in_chunks(solve, q_first, first, valid, ts_s, emb, opts.chunk_frames)
     base_from_tcp = emb.model.forward(q)[:, 0] @ emb.ee_from_tcp
     e_p, e_r = pose_errors(base_from_tcp, tcp_targets)
     err_m, err_rad = np.linalg.norm(e_p, axis=1), np.linalg.norm(e_r, axis=1)

@@ -110,7 +110,8 @@ class Embodiment:
         upper: joint upper limits after overrides, ``(J,)``.
         velocity: joint speed limits used (URDF or override, times ``velocity_scale``), ``(J,)``.
         home: rest configuration, ``(J,)``.
-        control_fps: robot control rate, Hz.
+        control_fps: robot control rate, Hz (an integer: a LeRobot dataset's fps); retargeted trajectories
+            are sampled at it.
         action_space: names of the action parts (``joint_positions``, ``ee_pose``).
         ee_from_tcp: tool frame in the end-effector link, ``(4, 4)`` (arms).
         tcp_from_wrist: human wrist frame in the tool frame, rotation only, ``(4, 4)`` (arms).
@@ -133,7 +134,7 @@ class Embodiment:
     upper: FloatArray
     velocity: FloatArray
     home: FloatArray
-    control_fps: float
+    control_fps: int
     action_space: tuple[str, ...]
     ee_from_tcp: FloatArray
     tcp_from_wrist: FloatArray
@@ -178,6 +179,9 @@ def _check_keys(raw: Mapping[str, Any], path: Path) -> None:
         problems.append("missing key 'ee_link'")
     if kind == "hand" and not raw.get("vectors"):
         problems.append("missing key 'vectors'")
+    fps = raw.get("control_fps", 30)
+    if isinstance(fps, bool) or not isinstance(fps, int) or fps < 1:
+        problems.append(f"control_fps must be a whole number of Hz >= 1, got {fps!r}")
     if problems:
         raise InputError("profile_invalid", "; ".join(problems), str(path))
 
@@ -258,7 +262,7 @@ def load_embodiment(
     return Embodiment(
         name=str(raw["name"]), kind=str(raw["kind"]), urdf=urdf, model=model,
         lower=lower, upper=upper, velocity=velocity, home=home,
-        control_fps=float(raw.get("control_fps", 30.0)),
+        control_fps=int(raw.get("control_fps", 30)),
         action_space=tuple(raw.get("action_space", ("joint_positions",))),
         ee_from_tcp=_pose(raw.get("ee_from_tcp")),
         tcp_from_wrist=_rotation(raw.get("tcp_from_wrist_rpy")),

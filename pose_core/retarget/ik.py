@@ -8,8 +8,11 @@ Convention:
     null space of the position task, so an arm with fewer than 6 joints (SO-100/101: 5) follows
     the position and gets the closest orientation it can, in the least-squares sense of ``e_r``.
     Bounds ``lower <= q <= upper`` are per batch row: joint limits intersected with a velocity box.
-    Each step clamps the joints that would cross a bound, removes them and re-solves for the rest
-    (a small active-set loop), then scales the step to ``max_step``; the result never leaves the box.
+    Each step solves the position task first, clamping the joints that would cross a bound and
+    re-solving for the rest (a small active-set loop); the orientation task then moves only the joints
+    left free, in the position task's null space, dropping any it would push out of the box (so it
+    never takes a joint the position needs), then the step is scaled to ``max_step``; the result
+    never leaves the box.
 """
 
 from __future__ import annotations
@@ -125,6 +128,59 @@ def _damped_pinv(jac: FloatArray, damping: float) -> FloatArray:
     return np.swapaxes(np.linalg.solve(gram, jac), -1, -2)
 
 
+def _inside(q: FloatArray, dq: FloatArray, lower: FloatArray, upper: FloatArray) -> FloatArray:
+    """Largest ``a`` in ``[0, 1]`` per row with ``lower <= q + a dq <= upper``, ``(B, 1)`` (``q`` inside)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        room = np.where(dq > 0, (upper - q) / dq, np.where(dq < 0, (lower - q) / dq, np.inf))
+    return np.clip(np.min(room, axis=1, keepdims=True), 0.0, 1.0)
+
+
+def _primary_step(jac: FloatArray, err: FloatArray, q: FloatArray, bounds: tuple[FloatArray, FloatArray],
+                  opts: IKOptions) -> tuple[FloatArray, NDArray[np.bool_]]:
+    """DLS step of the primary task with an active set: ``(dq (B, J), joints left free (B, J))``."""
+    lower, upper = bounds
+    free = np.ones(q.shape, dtype=bool)
+    fixed = np.zeros_like(q)
+    dq = fixed
+    for _ in range(opts.active_set_passes + 1):
+        jp = jac * free[:, None, :]
+        dq = np.where(free, np.einsum("bjm,bm->bj", _damped_pinv(jp, opts.position_damping_m),
+                                      err - np.einsum("bmj,bj->bm", jac, fixed)), fixed)
+        over = free & ((q + dq < lower) | (q + dq > upper))
+        if not np.any(over):
+            break
+        fixed = np.where(over, np.clip(q + dq, lower, upper) - q, fixed)
+        free &= ~over
+    return np.clip(q + dq, lower, upper) - q, free
+
+
+def _null_step(tasks: FloatArray, jac: FloatArray, err: FloatArray, q: FloatArray,
+               bounds: tuple[FloatArray, FloatArray], free: NDArray[np.bool_], opts: IKOptions) -> FloatArray:
+    """A step of a lower task ``(jac (B, S, J), err (B, S))`` in the null space of ``tasks (B, M, J)``.
+
+    Only joints in ``free`` move; a joint the step would push out of the box leaves the free set and the step
+    is recomputed, so the higher tasks keep their joints; what still crosses is scaled back into the box.
+    The step is at most ``max_secondary_step`` per joint.
+    """
+    lower, upper = bounds
+    eye = np.eye(q.shape[1])
+    free = free.copy()
+    ds = np.zeros_like(q)
+    for _ in range(opts.active_set_passes + 1):
+        mask = free[:, None, :]
+        jt = tasks * mask
+        null = (eye - _damped_pinv(jt, opts.position_damping_m) @ jt) * mask * np.swapaxes(mask, -1, -2)
+        ds = np.einsum("bij,bj->bi", null, np.einsum("bjs,bs->bj", _damped_pinv(
+            (jac * mask) @ null, opts.orientation_damping_rad), err))
+        largest = np.max(np.abs(ds), axis=1, keepdims=True)
+        ds = ds * np.minimum(1.0, opts.max_secondary_step / np.maximum(largest, 1e-300))
+        over = free & ((q + ds < lower) | (q + ds > upper))
+        if not np.any(over):
+            break
+        free &= ~over
+    return ds * _inside(q, ds, lower, upper)
+
+
 def bounded_dls_step(  # noqa: PLR0913 - two tasks and a box are the interface
     jac_primary: FloatArray,
     err_primary: FloatArray,
@@ -136,6 +192,12 @@ def bounded_dls_step(  # noqa: PLR0913 - two tasks and a box are the interface
     posture: FloatArray | None = None,
 ) -> FloatArray:
     """One prioritised DLS step that stays inside a box.
+
+    The primary task is solved first, its own active set holding the joints that would cross a bound;
+    the secondary task then moves only joints the primary left free, in its null space, and never pushes a
+    joint out of the box (such joints are taken out of its free set): a secondary task cannot take the
+    joints the primary needs, as clamping the joint sum would. The posture task moves in the null space of
+    both, the same way.
 
     Args:
         jac_primary: primary task Jacobian, ``(B, M, J)`` (metres per joint unit).
@@ -151,37 +213,15 @@ def bounded_dls_step(  # noqa: PLR0913 - two tasks and a box are the interface
         The step ``dq (B, J)`` with ``lower <= q + dq <= upper``.
     """
     lower, upper = bounds
-    free = np.ones(q.shape, dtype=bool)
-    fixed_dq = np.zeros_like(q)
-    eye = np.eye(q.shape[1])
-    dq = fixed_dq
-    for _ in range(opts.active_set_passes + 1):
-        mask = free[:, None, :]
-        jp = jac_primary * mask
-        pinv_p = _damped_pinv(jp, opts.position_damping_m)
-        ep = err_primary - np.einsum("bmj,bj->bm", jac_primary, fixed_dq)
-        dq = np.einsum("bjm,bm->bj", pinv_p, ep)
-        if jac_secondary is not None and err_secondary is not None:
-            null = (eye - pinv_p @ jp) * mask * np.swapaxes(mask, -1, -2)
-            js = jac_secondary * mask
-            es = (err_secondary - np.einsum("bsj,bj->bs", jac_secondary, fixed_dq)
-                  - np.einsum("bsj,bj->bs", js, dq))
-            pinv_s = _damped_pinv(js @ null, opts.orientation_damping_rad)
-            ds = np.einsum("bij,bj->bi", null, np.einsum("bjs,bs->bj", pinv_s, es))
-            largest_s = np.max(np.abs(ds), axis=1, keepdims=True)
-            dq = dq + ds * np.minimum(1.0, opts.max_secondary_step / np.maximum(largest_s, 1e-300))
-        if posture is not None:
-            both = np.concatenate([jp, jac_secondary * mask], axis=1) if jac_secondary is not None else jp
-            null_all = ((eye - _damped_pinv(both, opts.position_damping_m) @ both)
-                        * mask * np.swapaxes(mask, -1, -2))
-            dq = dq + opts.posture_gain * np.einsum("bij,bj->bi", null_all, posture - q)
-        dq = np.where(free, dq, fixed_dq)
-        target = q + dq
-        over = free & ((target < lower) | (target > upper))
-        if not np.any(over):
-            break
-        fixed_dq = np.where(over, np.clip(target, lower, upper) - q, fixed_dq)
-        free &= ~over
+    dq, free = _primary_step(jac_primary, err_primary, q, bounds, opts)
+    tasks = jac_primary
+    if jac_secondary is not None and err_secondary is not None:
+        err = err_secondary - np.einsum("bsj,bj->bs", jac_secondary, dq)
+        dq = dq + _null_step(tasks, jac_secondary, err, q + dq, bounds, free, opts)
+        tasks = np.concatenate([jac_primary, jac_secondary], axis=1)
+    if posture is not None:
+        eye = np.broadcast_to(np.eye(q.shape[1]), tasks.shape[:1] + (q.shape[1], q.shape[1]))
+        dq = dq + _null_step(tasks, eye, opts.posture_gain * (posture - q - dq), q + dq, bounds, free, opts)
     largest = np.max(np.abs(dq), axis=1, keepdims=True)
     dq = dq * np.minimum(1.0, opts.max_step / np.maximum(largest, 1e-300))
     return np.clip(q + dq, lower, upper) - q
@@ -206,7 +246,7 @@ def _check_inputs(model: KinematicModel, base_from_target: FloatArray, seed: Flo
         raise ShapeError("seed joints", seed.shape, f"({base_from_target.shape[0]}, {model.num_joints})")
 
 
-def solve_pose_ik(  # noqa: PLR0913 - model, target, seed, bounds and options
+def solve_pose_ik(  # noqa: PLR0913, PLR0917 - model, target, seed, bounds, options and tasks
     model: KinematicModel,
     frame_index: int,
     base_from_target: FloatArray,
@@ -215,6 +255,7 @@ def solve_pose_ik(  # noqa: PLR0913 - model, target, seed, bounds and options
     opts: IKOptions,
     posture: FloatArray | None = None,
     tool: FloatArray | None = None,
+    toward: FloatArray | None = None,
 ) -> IKSolution:
     """Batched IK of one link (or a tool rigidly attached to it) to pose targets.
 
@@ -229,6 +270,9 @@ def solve_pose_ik(  # noqa: PLR0913 - model, target, seed, bounds and options
         tool: optional ``link_from_tool (4, 4)``: the controlled pose is ``link @ tool``. Not the same as
             solving for ``target @ tool^-1`` when the orientation is not reached (a 5-DoF arm): the
             position task then holds the tool point, not the link origin.
+        toward: optional joints ``(B, J)`` to move towards in the position task's null space, in place of
+            the orientation task: the arm changes its configuration (IK branch) while the tool point
+            stays on target; the orientation is whatever that configuration gives.
 
     Returns:
         The solution; rows that did not converge keep their best-effort joints with their errors.
@@ -248,9 +292,14 @@ def solve_pose_ik(  # noqa: PLR0913 - model, target, seed, bounds and options
         pose, jac = _with_tool(poses[:, frame_index], jacs[:, frame_index], tool)
         e_p, e_r = pose_errors(pose, base_from_target[active])
         rest = None if posture is None else np.broadcast_to(posture, q[active].shape)
-        dq = bounded_dls_step(jac[:, :3], e_p, jac[:, 3:], e_r, q[active],
+        if toward is None:
+            secondary, err_secondary = jac[:, 3:], e_r
+        else:
+            secondary = np.broadcast_to(np.eye(q.shape[1]), (len(e_p), q.shape[1], q.shape[1]))
+            err_secondary = np.broadcast_to(toward, q.shape)[active] - q[active]
+        dq = bounded_dls_step(jac[:, :3], e_p, secondary, err_secondary, q[active],
                               (lower[active], upper[active]), opts, rest)
-        q[active] += dq
+        q[active] = np.clip(q[active] + dq, lower[active], upper[active])  # no rounding past a bound
         done = ((np.linalg.norm(e_p, axis=1) < opts.position_tol_m)
                 & (np.linalg.norm(e_r, axis=1) < opts.orientation_tol_rad)) | (
             np.max(np.abs(dq), axis=1) < opts.step_tol)

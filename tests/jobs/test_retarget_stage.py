@@ -53,7 +53,7 @@ def inputs(spark, shared_data, tmp_path_factory):
         frames.append(pd.DataFrame({"episode_id": episode, "frame_idx": np.arange(N_FRAMES), "ts_s": ts,
                                     "shard_idx": 0}))
         hands.append(pd.DataFrame({"episode_id": episode, "frame_idx": np.arange(N_FRAMES),
-                                   "identity": "wearer_right", "ts_s": ts,
+                                   "identity": "wearer_right", "ts_s": ts, "scale_source": "imu",
                                    "keypoints_world_m": [k.ravel().tolist() for k in kp], "filled": False}))
     lineage = Lineage("run-inputs", "1", "h")
     _write(spark, out, FRAMES, pd.concat(frames), lineage)

@@ -181,10 +181,11 @@ class TestExceptions:
     def test_profile_problems_are_listed(self, tmp_path: Path, shared_data: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
         bad = tmp_path / "bad.yaml"
-        bad.write_text("name: x\nkind: arm\nurdf: a.urdf\nhome: [0]\nspeed: 3\n")
+        bad.write_text("name: x\nkind: arm\nurdf: a.urdf\nhome: [0]\nspeed: 3\ncontrol_fps: 29.97\n")
         with pytest.raises(InputError) as err:
             load_embodiment(bad, shared_data / "robots")
         assert "unknown key 'speed'" in err.value.message and "missing key 'ee_link'" in err.value.message
+        assert "control_fps must be a whole number of Hz >= 1, got 29.97" in err.value.message
         monkeypatch.delenv(ROBOTS_DIR_ENV, raising=False)
         with pytest.raises(InputError) as err:
             load_embodiment(PROFILES / "panda.yaml")

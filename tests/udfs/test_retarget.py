@@ -16,7 +16,13 @@ from pose_core.retarget.ik import pose_errors
 from pose_core.synth.robot_hands import FPS, joint_trajectory, keypoints_at_wrists, tcp_poses
 from schemas.tables import ROBOT_ACTIONS
 from udfs.guard import ERROR_KIND
-from udfs.retarget import RetargetStageOptions, guarded_retarget, load_embodiments, retarget_episode
+from udfs.retarget import (
+    DEFAULT_PROFILES_DIR,
+    RetargetStageOptions,
+    guarded_retarget,
+    load_embodiments,
+    retarget_episode,
+)
 
 FRAMES = 120
 MISSING = slice(40, 55)  # frames where the left hand has no hands_world row
@@ -43,7 +49,7 @@ def episode(emb: Embodiment, seeds: dict[str, int], aperture_m: np.ndarray
         if identity == "wearer_left":
             keep[MISSING] = False
         rows.append(pd.DataFrame({"episode_id": EPISODE, "frame_idx": frames["frame_idx"][keep],
-                                  "identity": identity,
+                                  "identity": identity, "scale_source": "imu",
                                   "keypoints_world_m": [k.ravel().astype(np.float32) for k in kp[keep]]}))
     # A bystander's hand is not retargeted.
     rows.append(rows[0].assign(identity="other_0"))
@@ -99,7 +105,7 @@ def test_unreachable_stretch_is_flagged(opts: RetargetStageOptions) -> None:
     frames = pd.DataFrame({"episode_id": EPISODE, "frame_idx": np.arange(FRAMES),
                            "ts_s": np.arange(FRAMES) / FPS})
     hands = pd.DataFrame({"episode_id": EPISODE, "frame_idx": np.arange(FRAMES), "identity": "wearer_right",
-                          "keypoints_world_m": list(kp.reshape(FRAMES, -1))})
+                          "keypoints_world_m": list(kp.reshape(FRAMES, -1)), "scale_source": "stereo"})
     out = retarget_episode(frames, hands, [emb], opts)
     assert not out["reachable"][60:90].any() and out["reachable"][:60].all()
     assert (out["ee_error_m"][60:90] > emb.reach_position_tol_m).all()
@@ -131,7 +137,11 @@ def test_wrist_median_placement_turns_and_moves_with_the_world(opts: RetargetSta
 
 
 def test_allegro_follows_both_hands(opts: RetargetStageOptions) -> None:
-    """A left hand that mirrors the right one gives the right robot hand the same joints."""
+    """A left hand that mirrors the right one gives the right robot hand the same joints.
+
+    Without a metric scale too: a dexterous hand needs only wrist-relative keypoints, metric by the hand
+    size prior whatever the world's scale.
+    """
     (allegro,) = load_embodiments(["allegro"], opts)
     rng = np.random.default_rng(0)
     ts = np.arange(60) / FPS
@@ -144,7 +154,7 @@ def test_allegro_follows_both_hands(opts: RetargetStageOptions) -> None:
     left = right * np.array([1.0, -1.0, 1.0])  # the mirror image in the world
     frames = pd.DataFrame({"episode_id": EPISODE, "frame_idx": np.arange(60), "ts_s": ts})
     hands = pd.concat([pd.DataFrame({"episode_id": EPISODE, "frame_idx": np.arange(60), "identity": ident,
-                                     "keypoints_world_m": list(kp.reshape(60, -1))})
+                                     "keypoints_world_m": list(kp.reshape(60, -1)), "scale_source": "none"})
                        for ident, kp in (("wearer_right", right), ("wearer_left", left))])
     out = retarget_episode(frames, hands, [allegro], opts)
     q_r = np.stack(arm_rows(out, "wearer_right")["joint_positions"])
@@ -152,7 +162,56 @@ def test_allegro_follows_both_hands(opts: RetargetStageOptions) -> None:
     np.testing.assert_allclose(q_l, q_r, atol=1e-6)
     assert q_r.shape == (60, 16) and np.all(q_r >= allegro.lower) and np.all(q_r <= allegro.upper)
     assert out["gripper"].isna().all() and out["ee_base"].isna().all() and out["reachable"].all()
-    assert out["ee_error_m"].max() < 0.05
+    assert out["ee_error_m"].max() < 0.05 and out["refused"].isna().all()
+
+
+@pytest.mark.parametrize("source", ["none", None])
+def test_arms_are_refused_without_a_metric_scale_and_follow_a_user_scale(
+        source: str | None, opts: RetargetStageOptions) -> None:
+    """Wrist motion in map units is not robot motion: every step flagged with the reason, no joints."""
+    (emb,) = load_embodiments(["so101"], opts)
+    frames, hands, _ = episode(emb, {"wearer_right": 0}, np.full(FRAMES, 0.05))
+    out = retarget_episode(frames, hands.assign(scale_source=source), [emb], opts)
+    assert len(out) == FRAMES and out["joint_positions"].isna().all() and not out["reachable"].any()
+    reason = out["refused"].unique().tolist()
+    assert len(reason) == 1 and f"scale_source = {source or 'null'}" in reason[0]
+    assert "fusion.user_metres_per_unit" in reason[0]  # says how to give one
+    user = retarget_episode(frames, hands.assign(scale_source="user"), [emb], opts)
+    assert user["refused"].isna().all() and user["reachable"].all()
+
+
+def _profile_at(name: str, control_fps: int, folder: Path) -> Path:
+    """A copy of a shipped profile with another control rate, in `folder`."""
+    text = (DEFAULT_PROFILES_DIR / f"{name}.yaml").read_text(encoding="utf-8")
+    assert "control_fps: 30\n" in text
+    (folder / f"{name}.yaml").write_text(text.replace("control_fps: 30\n", f"control_fps: {control_fps}\n"))
+    return folder
+
+
+@pytest.mark.parametrize("control_fps", [10, 60])
+def test_steps_are_at_the_profile_control_rate_sampled_not_interpolated(
+        control_fps: int, opts: RetargetStageOptions, tmp_path: Path) -> None:
+    """Video at 30 fps, robot at 10 or 60 Hz: step k at t0 + k / fps takes the nearest frame's hand."""
+    at_rate = replace(opts, profiles_dir=str(_profile_at("so101", control_fps, tmp_path)))
+    (emb,) = load_embodiments(["so101"], at_rate)
+    assert emb.control_fps == control_fps
+    frames, hands, truth = episode(emb, {"wearer_left": 3}, np.full(FRAMES, 0.05))
+    out = arm_rows(retarget_episode(frames, hands, [emb], at_rate), "wearer_left").sort_values("step_idx")
+    ts = frames["ts_s"].to_numpy()
+    steps = int(np.floor((ts[-1] - ts[0]) * control_fps + 1e-6)) + 1
+    assert out["step_idx"].tolist() == list(range(steps)) and (out["control_fps"] == control_fps).all()
+    np.testing.assert_allclose(out["ts_s"], ts[0] + np.arange(steps) / control_fps, atol=1e-12)
+    gap = np.abs(out["ts_s"].to_numpy()[:, None] - ts[None])
+    nearest = np.argmax(gap <= gap.min(axis=1, keepdims=True) + 1e-6, axis=1)  # a tie: the earlier frame
+    np.testing.assert_array_equal(out["frame_idx"], frames["frame_idx"].to_numpy()[nearest])
+    # Steps whose frame has no hand are empty: the gap is not bridged by interpolated hands.
+    has = ~np.isin(nearest, np.arange(FRAMES)[MISSING])
+    np.testing.assert_array_equal(out["joint_positions"].notna(), has)
+    q = np.stack(out["joint_positions"][has].to_list())
+    e_p, _ = pose_errors(tcp_poses(emb, q), truth["wearer_left"][nearest[has]])
+    assert np.linalg.norm(e_p, axis=1).mean() <= 0.005
+    speeds = np.abs(np.diff(q, axis=0)) / np.diff(out["ts_s"].to_numpy()[has])[:, None]
+    assert np.all(speeds <= emb.velocity * (1 + 1e-9))
 
 
 class TestErrors:
@@ -167,7 +226,7 @@ class TestErrors:
     def test_failure_is_the_episode_error_row(self, opts: RetargetStageOptions) -> None:
         frames = pd.DataFrame({"episode_id": EPISODE, "frame_idx": [0, 1], "ts_s": [0.0, 0.0]})
         hands = pd.DataFrame({"episode_id": EPISODE, "frame_idx": [0, 1], "identity": "wearer_right",
-                              "keypoints_world_m": [np.zeros(63), np.zeros(63)]})
+                              "keypoints_world_m": [np.zeros(63), np.zeros(63)], "scale_source": "imu"})
         out = guarded_retarget(frames, hands, ["so101"], opts)
         assert out["_row_kind"].tolist() == [ERROR_KIND] and "increasing" in out["_error"].iat[0]
         assert out["episode_id"].iat[0] == EPISODE
