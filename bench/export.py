@@ -1,15 +1,20 @@
 """LeRobot export speed: egolake's Spark export vs lerobot's own recorder, same episodes and codec.
 
-    python -m bench.export --out bench/results [--episodes 4] [--frames 60]
+    nice -n 10 python -m bench.export --out bench/results [--episodes 16] [--frames 300] [--videos 2]
 
-Synthetic episodes (jobs.sample, 640x480 at 30 fps) become upstream tables written directly from
-their ground truth (videos, frames, camera_poses, hands_world, runs), so only the export is timed.
-egolake: `jobs.export.run` on local[1] and local[2] (a warm session each; the time covers planning,
-the executors' decode + tensors + encode + data files, meta/ and publishing). lerobot 0.4.4 (in
+Synthetic episodes (jobs.sample, 640x480 at 30 fps; `--videos` distinct rendered clips, reused
+round-robin by the episodes, since rendering costs far more than exporting) become upstream tables
+written directly from their ground truth (videos, frames, camera_poses, hands_world, runs), so only
+the export is timed. egolake: `jobs.export.run` on local[N] for each N of `--cores` (a warm session
+each, Python workers cold; the time covers planning, the executors' decode + tensors + encode + data
+files, meta/ and publishing); the executors' own unit times are summed next to it. lerobot 0.4.4 (in
 .venv-lerobot, `EGOLAKE_LEROBOT_PYTHON`): `LeRobotDataset.create` + `add_frame` + `save_episode` +
-`finalize` over the same tensors and source frames (bench/lerobot_baseline.py). Both write 320x240
-H.264 (libx264, crf 30, GOP 2: lerobot's encoder defaults) without face blurring. CPU time is summed
-over the whole process tree (JVM, Python workers, encoder) from /proc. Writes `export.{md,json}`.
+`finalize` over the same tensors and source frames (bench/lerobot_baseline.py), in its default mode
+(PNG frames, encoded at save_episode) and its `streaming_encoding` mode. Both write 320x240 H.264
+(libx264, crf 30, GOP 2: lerobot's encoder defaults) with one encoder thread, without face blurring.
+CPU time is summed over the whole process tree (JVM, Python workers, encoder) from /proc. The load
+average before and after goes into the results: on a shared machine wall times are inflated, CPU
+times much less. Writes `export.{md,json}`.
 """
 
 from __future__ import annotations
@@ -18,17 +23,18 @@ import argparse
 import json
 import logging
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from bench.report import provenance
 from jobs.logs import init_logging
 from jobs.sample import SampleOptions, write_sample
 from pose_core.geometry.rigid3 import quat_wxyz_from_matrix
@@ -144,47 +150,89 @@ def _upstream_tables(spark, out: str, samples: list[Path]) -> None:
     append(spark.createDataFrame(runs, RUNS.spark_full), layout, RUNS)
 
 
-def _egolake(out: str, samples: list[Path], master: str, name: str) -> dict:
+def _timed_export(ctx, name: str) -> dict:  # noqa: ANN001
+    """One `jobs.export.run` into dataset `name`: wall and process-tree CPU, the units' sums."""
     from jobs import export
+    from jobs.tables import Lineage
+
+    ctx = replace(ctx, cfg=replace(ctx.cfg, export=replace(ctx.cfg.export, name=name)))
+    t0, c0 = time.perf_counter(), _tree_cpu_s(os.getpid())
+    result = export.run(ctx, Lineage(ctx.run_id, export.STAGE_VERSION, "bench"))
+    wall, cpu = time.perf_counter() - t0, _tree_cpu_s(os.getpid()) - c0
+    if result.version is None:
+        raise RuntimeError(f"egolake export {name} wrote no version: {result.outcomes}")
+    units = np.array(list(result.unit_seconds.values()))
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "unit_wall_s": float(units[:, 0].sum()),
+        "unit_cpu_s": float(units[:, 1].sum()),
+        "frames": result.manifest["counts"]["frames"],
+        "dataset": os.path.join(ctx.layout.datasets, name, result.version),
+    }
+
+
+def _egolake(out: str, samples: list[Path], cores: int) -> dict[str, dict]:
+    """Two exports in a fresh local[cores] session: cold, then warm.
+
+    Cold is a standalone `egolake run --stages export` (JIT, Delta logs and Python workers start);
+    warm is an export at the end of a pipeline run.
+    """
     from jobs.config import load_config
     from jobs.spark import build_spark
     from jobs.stage import StageContext
-    from jobs.tables import Layout, Lineage
+    from jobs.tables import Layout
 
     cfg = load_config(
         [],
         [
-            f"spark.master={master}",
-            f"export.name={name}",
+            f"spark.master=local[{cores}]",
             "export.crf=30",
             "export.gop_size=2",
+            "export.encoder_threads=1",
             "export.privacy.enabled=false",
             "spark.shuffle_partitions=4",
         ],
     )
-    t_session = time.perf_counter()
     spark = build_spark(cfg.spark)
-    session_s = time.perf_counter() - t_session
     if not os.path.isdir(os.path.join(out, "tables", "runs")):
         _upstream_tables(spark, out, samples)
-    ctx = StageContext(spark, cfg, Layout(out), f"bench-{name}")
-    spark.range(4).count()  # warm the JVM side
-    t0, c0 = time.perf_counter(), _tree_cpu_s(os.getpid())
-    result = export.run(ctx, Lineage(ctx.run_id, export.STAGE_VERSION, "bench"))
-    wall, cpu = time.perf_counter() - t0, _tree_cpu_s(os.getpid()) - c0
-    spark.stop()
-    if result.version is None:
-        raise RuntimeError(f"egolake export on {master} wrote no version: {result.outcomes}")
-    return {
-        "wall_s": wall,
-        "cpu_s": cpu,
-        "frames": result.manifest["counts"]["frames"],
-        "session_s": session_s,
-        "dataset": os.path.join(out, "datasets", name, result.version),
+    ctx = StageContext(spark, cfg, Layout(out), f"bench-{cores}")
+    spark.range(4).count()  # the session is up
+    rows = {
+        f"egolake local[{cores}] {state}": {**_timed_export(ctx, f"bench{cores}{state}"), "cores": cores}
+        for state in ("cold", "warm")
     }
+    spark.stop()
+    return rows
 
 
-def _lerobot(dataset: str, work: str) -> dict:
+def _decode_encode_floor(dataset: str, work: str) -> dict:
+    """Decode + encode alone, in this process, for the exported episodes: the work both paths share.
+
+    Same source frames, the same decoder (PyAV, one thread, resized in the decoder) and encoder
+    settings as the export; no tensors, files, statistics or Spark.
+    """
+    from udfs.lerobot import ExportOptions
+    from udfs.media.decode import DecodeOptions, iter_frames
+    from udfs.media.encode import VideoWriter
+
+    manifest = json.loads(Path(dataset, "manifest.json").read_text(encoding="utf-8"))
+    opts = ExportOptions(crf=30, gop_size=2, encoder_threads=1)
+    decode = DecodeOptions(backend="pyav", max_long_side_px=max(opts.image_width, opts.image_height))
+    path = os.path.join(work, "floor.mp4")
+    t0, c0 = time.perf_counter(), _tree_cpu_s(os.getpid())
+    frames = 0
+    for episode in manifest["episodes"]:
+        with VideoWriter(path, manifest["fps"], opts.encode) as writer:
+            for chunk in iter_frames(episode["source_path"], 0, episode["length"], decode):
+                for frame in chunk.frames:
+                    writer.write(frame)
+                    frames += 1
+    return {"wall_s": time.perf_counter() - t0, "cpu_s": _tree_cpu_s(os.getpid()) - c0, "frames": frames}
+
+
+def _lerobot(dataset: str, work: str, mode: str) -> dict:
     python = os.environ.get("EGOLAKE_LEROBOT_PYTHON", str(REPO / ".venv-lerobot" / "bin" / "python"))
     info = json.loads(Path(dataset, "meta", "info.json").read_text(encoding="utf-8"))
     manifest = json.loads(Path(dataset, "manifest.json").read_text(encoding="utf-8"))
@@ -192,7 +240,8 @@ def _lerobot(dataset: str, work: str) -> dict:
     key = "observation.images.ego"
     job = {
         "repo_id": "bench/lerobot",
-        "root": os.path.join(work, "lerobot_dataset"),
+        "root": os.path.join(work, f"lerobot_{mode}"),
+        "mode": mode,
         "fps": info["fps"],
         "vcodec": "h264",
         "video_key": key,
@@ -212,7 +261,7 @@ def _lerobot(dataset: str, work: str) -> dict:
             for e in manifest["episodes"]
         ],
     }
-    job_path = os.path.join(work, "lerobot_job.json")
+    job_path = os.path.join(work, f"lerobot_{mode}.json")
     with open(job_path, "w", encoding="utf-8") as fh:
         json.dump(job, fh)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
@@ -224,42 +273,53 @@ def _lerobot(dataset: str, work: str) -> dict:
         check=False,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"lerobot baseline failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"lerobot baseline ({mode}) failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _markdown(args: argparse.Namespace, rows: dict[str, dict], episodes: int) -> str:
-    base = rows["lerobot"]
+def _markdown(args: argparse.Namespace, rows: dict[str, dict], meta: dict) -> str:
+    baselines = {k: r for k, r in rows.items() if k.startswith("lerobot")}
+    base = next(iter(baselines.values()))
     lines = [
         "# LeRobot export: egolake (Spark executors) vs lerobot's recorder",
         "",
-        f"- command: `python -m bench.export --episodes {args.episodes} --frames {args.frames}`",
-        f"- machine: {platform.node()}, {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} cores "
-        "(shared with other work while measuring)",
-        f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- episodes: {episodes} synthetic, {args.frames} source frames each at 640x480 30 fps; "
-        f"dataset 30 fps, {base['frames']} frames in all; 320x240 H.264 (libx264, crf 30, GOP 2 = "
-        "lerobot's defaults); no face blur",
-        "- egolake time: `jobs.export.run` in a warm session (planning, executors' decode + tensors + "
-        "encode + parquet, meta/, publish); lerobot time: create + add_frame + save_episode + finalize, "
-        "decoding included",
+        *(f"- {k}: {v}" for k, v in meta.items()),
+        f"- episodes: {args.episodes} synthetic ({args.videos} distinct rendered clips, reused), "
+        f"{args.frames} source frames each at 640x480 30 fps; dataset 30 fps, {base['frames']} frames "
+        "in all; 320x240 H.264 (libx264, crf 30, GOP 2 = lerobot's defaults, one encoder thread); "
+        "no face blur",
+        "- egolake time: `jobs.export.run` (planning, executors' decode + tensors + encode + parquet, "
+        "meta/, publish), twice per fresh local[N] session: cold (JIT, Delta log and Python workers "
+        "start, as a standalone `egolake run --stages export`) then warm (as at the end of a pipeline "
+        "run); Σ unit: the executors' per-episode unit "
+        "times (wall, and CPU of the worker process) summed; lerobot time: create + add_frame + "
+        "save_episode + finalize, decoding included, imports excluded",
         "",
-        "| path | cores | wall s | CPU s | frames/s | frames/s per core | speed-up per core vs lerobot |",
-        "|---|---|---|---|---|---|---|",
+        "| path | cores | wall s | CPU s | Σ unit wall s | Σ unit CPU s | frames/s per core "
+        "| frames per CPU-s | "
+        + " | ".join(f"per core vs {k}" for k in baselines)
+        + " | "
+        + " | ".join(f"per CPU-s vs {k}" for k in baselines)
+        + " |",
+        "|---" * (8 + 2 * len(baselines)) + "|",
     ]
-    base_per_core = base["frames"] / base["wall_s"]
     for label, r in rows.items():
-        cores = r["cores"]
-        fps = r["frames"] / r["wall_s"]
+        per_core = r["frames"] / r["wall_s"] / r["cores"]
+        per_cpu = r["frames"] / r["cpu_s"]
+        units = [f"{r[k]:.1f}" if k in r else "" for k in ("unit_wall_s", "unit_cpu_s")]
+        ratios = [f"{per_core / (b['frames'] / b['wall_s']):.2f}x" for b in baselines.values()]
+        ratios += [f"{per_cpu / (b['frames'] / b['cpu_s']):.2f}x" for b in baselines.values()]
         lines.append(
-            f"| {label} | {cores} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {fps:.1f} | {fps / cores:.1f} | "
-            f"{fps / cores / base_per_core:.2f}x |"
+            f"| {label} | {r['cores']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {' | '.join(units)} | "
+            f"{per_core:.1f} | {per_cpu:.1f} | {' | '.join(ratios)} |"
         )
     lines += [
         "",
-        "Per core = frames per wall second divided by the cores the path may use (lerobot: 1 process; "
-        "its encoder may use more threads, see its CPU time).",
+        "Per core = frames per wall second divided by the cores the path may use (local[N]: N; lerobot: "
+        "1 process; either may run a few threads at once: decoding ahead, the JVM, lerobot's streaming "
+        "encoder thread). Per CPU-s = frames per CPU second of the whole process tree, the fairer figure "
+        "on a shared machine. `decode + encode only`: the source decoded and the video encoded with the "
+        "same settings and nothing else, the floor under both paths.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -268,8 +328,10 @@ def main() -> None:
     """Run both paths on the same episodes and write the results."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="bench/results")
-    parser.add_argument("--episodes", type=int, default=4)
-    parser.add_argument("--frames", type=int, default=60)
+    parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--frames", type=int, default=300)
+    parser.add_argument("--videos", type=int, default=2, help="distinct rendered clips the episodes reuse")
+    parser.add_argument("--cores", default="1,2", help="comma-separated N of the local[N] runs")
     parser.add_argument("--work", default=None, help="scratch folder (default: a temp dir)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO")
     args = parser.parse_args()
@@ -277,21 +339,31 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     work = args.work or tempfile.mkdtemp(prefix="bench_export_")
     sample_dir = Path(work) / "sample"
-    for seed in range(args.episodes):
-        write_sample(sample_dir, SampleOptions(frames=args.frames, seed=seed))
-    samples = sorted((sample_dir / "videos").glob("synth_*.mp4"))
+    for seed in range(min(args.videos, args.episodes)):
+        if not (sample_dir / "videos" / f"synth_{seed:03d}.mp4").exists():
+            write_sample(sample_dir, SampleOptions(frames=args.frames, seed=seed))
+    clips = sorted((sample_dir / "videos").glob("synth_*.mp4"))[: args.videos]
+    samples = [clips[i % len(clips)] for i in range(args.episodes)]
     out = os.path.join(work, "out")
+    meta = {**provenance("bench.export"), "load average (1 min) before": f"{os.getloadavg()[0]:.1f}"}
     rows: dict[str, dict] = {}
-    for cores in (1, 2):
+    for cores in (int(c) for c in args.cores.split(",")):
         logger.info("egolake export on local[%d]", cores)
-        r = _egolake(out, samples, f"local[{cores}]", f"bench{cores}")
-        rows[f"egolake local[{cores}]"] = {**r, "cores": cores}
-    logger.info("lerobot baseline")
-    rows["lerobot"] = {**_lerobot(rows["egolake local[1]"]["dataset"], work), "cores": 1}
+        rows.update(_egolake(out, samples, cores))
+    first = next(iter(rows.values()))["dataset"]
+    for mode in ("png", "streaming"):
+        logger.info("lerobot baseline, %s", mode)
+        rows[f"lerobot {mode}"] = {**_lerobot(first, work, mode), "cores": 1}
+    logger.info("decode + encode alone")
+    rows["decode + encode only"] = {**_decode_encode_floor(first, work), "cores": 1}
+    meta["load average (1 min) after"] = f"{os.getloadavg()[0]:.1f}"
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "export.md").write_text(_markdown(args, rows, len(samples)), encoding="utf-8")
-    (Path(args.out) / "export.json").write_text(json.dumps(rows, indent=2, default=str), encoding="utf-8")
-    sys.stdout.write(_markdown(args, rows, len(samples)))
+    text = _markdown(args, rows, meta)
+    (Path(args.out) / "export.md").write_text(text, encoding="utf-8")
+    (Path(args.out) / "export.json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=2, default=str), encoding="utf-8"
+    )
+    sys.stdout.write(text)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,11 @@
 
 Writes the same episodes as an egolake export with lerobot's own recorder API:
 `LeRobotDataset.create` + `add_frame` per frame + `save_episode` per episode + `finalize`, with the
-same features, codec and encoder settings. Frames are decoded with PyAV and resized with OpenCV,
-as egolake's executors do. Prints one JSON line: wall and CPU seconds of the whole write.
+same features, codec and encoder settings (one encoder thread, as each egolake task uses). `mode`
+`png` is lerobot's default path (frames written as PNG files, encoded at `save_episode`);
+`streaming` is its `streaming_encoding=True` path (frames fed to an encoder thread, no PNG files).
+Frames are decoded with PyAV straight at the dataset resolution, as egolake's executors decode.
+Prints one JSON line: wall and CPU seconds of the whole write.
 """
 
 import json
@@ -14,7 +17,6 @@ import sys
 import time
 
 import av
-import cv2
 import numpy as np
 import pyarrow.parquet as pq
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -26,18 +28,17 @@ def _cpu_s() -> float:
 
 
 def _frames(path: str, wanted: np.ndarray, width: int, height: int) -> list[np.ndarray]:
-    out, by_idx, keep = [], {}, set(wanted.tolist())
+    """RGB frames `(height, width, 3)` of `wanted` (nondecreasing source indices), resized in the decoder."""
+    by_idx, keep = {}, set(wanted.tolist())
     with av.open(path) as container:
-        for i, frame in enumerate(container.decode(video=0)):
+        stream = container.streams.video[0]
+        stream.codec_context.thread_count = 1
+        for i, frame in enumerate(container.decode(stream)):
             if i > wanted[-1]:
                 break
             if i in keep:
-                by_idx[i] = cv2.resize(
-                    frame.to_ndarray(format="rgb24"), (width, height), interpolation=cv2.INTER_AREA
-                )
-    for i in wanted:
-        out.append(by_idx[int(i)])
-    return out
+                by_idx[i] = frame.to_ndarray(width=width, height=height, format="rgb24")
+    return [by_idx[int(i)] for i in wanted]
 
 
 def main() -> None:
@@ -53,6 +54,8 @@ def main() -> None:
         root=job["root"],
         use_videos=True,
         vcodec=job["vcodec"],
+        streaming_encoding=job["mode"] == "streaming",
+        encoder_threads=1,
     )
     key = job["video_key"]
     for episode in job["episodes"]:

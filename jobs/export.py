@@ -11,9 +11,12 @@ Dataset-level, not an episode `Stage` (like ingest it is special-cased in `run_p
 3. The driver plans indices (`udfs.lerobot.dataset.plan_episodes`); executors write the
    per-episode data and video files in parallel into `datasets/<name>/_staging/<run_id>/`
    (`cogroup(...).applyInPandas` grouped by a per-episode `_slot` chosen so that hash partitioning
-   spreads episode k to task k mod n: no hash collisions, nothing for adaptive execution to merge)
-   and return metadata rows.
+   spreads episode k to task k mod n: no hash collisions, nothing for adaptive execution to merge;
+   computed on the driver from Spark's hash function, no probe job) and return metadata rows.
 4. The driver writes meta/, the card and the manifest, and publishes `v<N>` (`jobs.datasets`).
+
+Spark actions: `runs` (candidates and their hands_world lineage), one planning job (frames, hands_world,
+videos, qa) and the write.
 
 An episode whose unit fails is left out and the export is redone without it (indices must be
 contiguous); its `runs` row is failed. Per-robot datasets `<name>-<embodiment>` (issue #7) take the
@@ -26,7 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from functools import partial
 from typing import Any
@@ -75,25 +78,41 @@ class ExportResult:
     outcomes: list[EpisodeOutcome] = field(default_factory=list)
     manifest: dict[str, Any] | None = None
     robot_versions: dict[str, str | None] = field(default_factory=dict)  # per-robot dataset: version
+    robot_outcomes: dict[str, list[EpisodeOutcome]] = field(default_factory=dict)  # per-robot dataset
+    # per exported episode: (wall, CPU) seconds of its executor unit (decode, tensors, files)
+    unit_seconds: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
-def _exclusions(ctx: StageContext, opts: ExportOptions) -> tuple[list[str], dict[str, str]]:
-    """(candidate episodes, {excluded episode: reason}) from `runs` and the `qa` table."""
+def _candidates(ctx: StageContext) -> tuple[pd.DataFrame, dict[str, str]]:
+    """(candidates, {episode whose upstream failed: reason}) from `runs`.
+
+    Candidates: one row per episode whose latest `fusion` status is ok, with the lineage of its
+    `hands_world` rows (that fusion run wrote them): `hands_run_ids`, `hands_config_hash`,
+    `hands_stage_version`.
+    """
     latest = latest_runs(ctx.spark, ctx.layout)
     up = latest[latest["stage"] == UPSTREAM]
-    candidates = sorted(up[up["status"] == "ok"]["episode_id"])
-    excluded = {
+    failed = {
         r.episode_id: f"{UPSTREAM} failed: {r.error}" for r in up[up["status"] == "failed"].itertuples()
     }
-    if exists(ctx.layout, QA) and candidates:
-        qa = read(ctx.spark, ctx.layout, QA).where(F.col("episode_id").isin(candidates) & ~F.col("passed"))
-        for row in qa.select("episode_id", "reasons").collect():
-            excluded[row["episode_id"]] = "qa failed: " + "; ".join(row["reasons"] or ["no reason given"])
-    return [e for e in candidates if e not in excluded], excluded
+    ok = up[up["status"] == "ok"].sort_values("episode_id")
+    candidates = pd.DataFrame(
+        {
+            "episode_id": ok["episode_id"].to_numpy(),
+            "hands_run_ids": [[r] for r in ok["run_id"]],
+            "hands_config_hash": ok["config_hash"].to_numpy(),
+            "hands_stage_version": ok["stage_version"].to_numpy(),
+        }
+    )
+    return candidates, failed
 
 
 def _summaries(ctx: StageContext, episodes: list[str], opts: ExportOptions) -> pd.DataFrame:
-    """One row per episode: times, frame and hand counts, lineage, source video, scale."""
+    """One row per episode: times, frame and hand counts, source video, scale, QA verdict.
+
+    One Spark job over frames, hands_world, videos and qa (when it exists; `qa_passed` null without
+    a verdict).
+    """
     spark, layout, scope = ctx.spark, ctx.layout, F.col("episode_id").isin(episodes)
     times = (
         read(spark, layout, FRAMES)
@@ -110,9 +129,6 @@ def _summaries(ctx: StageContext, episodes: list[str], opts: ExportOptions) -> p
     hand_rows = hands.groupBy("episode_id").agg(
         F.countDistinct("frame_idx").alias("hand_frames"),
         F.first("scale_source").alias("scale_source"),
-        F.first("config_hash").alias("hands_config_hash"),
-        F.first("stage_version").alias("hands_stage_version"),
-        F.collect_set("run_id").alias("hands_run_ids"),
         *extra,
     )
     videos = (
@@ -120,7 +136,19 @@ def _summaries(ctx: StageContext, episodes: list[str], opts: ExportOptions) -> p
         .where(scope)
         .select("episode_id", "source_path", "decoder", "task_text", "content_sha256")
     )
-    out = times.join(videos, "episode_id").join(hand_rows, "episode_id", "left").toPandas()
+    out = times.join(videos, "episode_id").join(hand_rows, "episode_id", "left")
+    if exists(layout, QA):
+        verdicts = read(spark, layout, QA).where(scope)
+        out = out.join(
+            verdicts.select(
+                "episode_id", F.col("passed").alias("qa_passed"), F.col("reasons").alias("qa_reasons")
+            ),
+            "episode_id",
+            "left",
+        )
+    out = out.toPandas()
+    if "qa_passed" not in out:
+        out["qa_passed"], out["qa_reasons"] = None, None
     if "metres_per_unit" not in out:
         out["metres_per_unit"] = 1.0
     out["metres_per_unit"] = out["metres_per_unit"].fillna(1.0)
@@ -151,17 +179,46 @@ def _source_rows(
             "episode_id", "frame_idx", "identity", "keypoints_world_m", "filled"
         )
     rows = read(ctx.spark, ctx.layout, ROBOT_ACTIONS).where(scope & (F.col("embodiment") == robot.embodiment))
-    return rows.select("episode_id", "frame_idx", "identity", "joint_positions", "gripper", "reachable")
+    return rows.select(
+        "episode_id", "step_idx", "frame_idx", "ts_s", "identity", "joint_positions", "gripper", "reachable"
+    )
 
 
-def _slot_values(ctx: StageContext, n: int, count: int) -> list[int]:
+_M32 = 0xFFFFFFFF
+
+
+def _rotl32(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _murmur3_mix(h1: int, k1: int) -> int:
+    k1 = (_rotl32((k1 * 0xCC9E2D51) & _M32, 15) * 0x1B873593) & _M32
+    return (_rotl32(h1 ^ k1, 13) * 5 + 0xE6546B64) & _M32
+
+
+def _hash_partition(value: int, n: int) -> int:
+    """The partition `repartition(n, col)` sends a LongType `value` to, computed without a Spark job.
+
+    Spark's hash partitioning is `pmod(murmur3_x86_32(value, seed 42), n)` (`HashPartitioning`,
+    `Murmur3Hash.hashLong`: the low then the high 32 bits mixed, finalised with length 8);
+    tests/jobs/test_export.py checks it against Spark's own `hash()`.
+    """
+    v = value & 0xFFFFFFFFFFFFFFFF
+    h = _murmur3_mix(_murmur3_mix(42, v & _M32), v >> 32) ^ 8
+    h = ((h ^ (h >> 16)) * 0x85EBCA6B) & _M32
+    h = ((h ^ (h >> 13)) * 0xC2B2AE35) & _M32
+    h ^= h >> 16
+    return (h - (1 << 32) if h >> 31 else h) % n
+
+
+def _slot_values(n: int, count: int) -> list[int]:
     """`count` distinct integers, the k-th one sent to partition k mod n by Spark's hash partitioning."""
-    probe = ctx.spark.range(0, 64 * max(n, count)).select("id", F.expr(f"pmod(hash(id), {n})").alias("p"))
-    by_partition = probe.toPandas().groupby("p")["id"].apply(sorted)
-    try:
-        return [int(by_partition[k % n][k // n]) for k in range(count)]
-    except (KeyError, IndexError) as exc:
-        raise RuntimeError(f"too few integers hash to each of {n} partitions for {count} episodes") from exc
+    by_partition: dict[int, list[int]] = {p: [] for p in range(n)}
+    value = 0
+    while any(len(by_partition[p]) < -(-count // n) for p in range(min(n, count))):
+        by_partition[_hash_partition(value, n)].append(value)
+        value += 1
+    return [by_partition[k % n][k // n] for k in range(count)]
 
 
 def _write_files(
@@ -171,7 +228,7 @@ def _write_files(
     episodes = plan["episode_id"].tolist()
     scope = F.col("episode_id").isin(episodes)
     n_tasks = max(1, min(len(episodes), 4 * ctx.spark.sparkContext.defaultParallelism))
-    slots = _slot_values(ctx, n_tasks, len(plan))
+    slots = _slot_values(n_tasks, len(plan))
     plan = plan.assign(_slot=[slots[i] for i in plan["episode_index"]])
     planned = F.broadcast(ctx.spark.createDataFrame(plan[["episode_id", "_slot", *PLAN_COLUMNS]]))
     frames = read(ctx.spark, ctx.layout, FRAMES).where(scope).select("episode_id", "frame_idx", "ts_s")
@@ -279,10 +336,14 @@ def _stage_files(
 
 def _usable(ctx: StageContext, opts: ExportOptions) -> tuple[pd.DataFrame, dict[str, str]]:
     """(summaries of the episodes to export, {left-out episode: reason})."""
-    included, excluded = _exclusions(ctx, opts)
-    if not included:
+    candidates, excluded = _candidates(ctx)
+    if candidates.empty:
         return pd.DataFrame(columns=["episode_id"]), excluded
-    summary = _summaries(ctx, included, opts)
+    summary = _summaries(ctx, candidates["episode_id"].tolist(), opts).merge(candidates, on="episode_id")
+    for r in summary[summary["qa_passed"].eq(False)].itertuples():  # null: no QA verdict
+        reasons = list(r.qa_reasons) if r.qa_reasons is not None else []
+        excluded[r.episode_id] = "qa failed: " + "; ".join(reasons or ["no reason given"])
+    summary = summary[~summary["episode_id"].isin(excluded)]
     for r in summary[summary["hand_frames"] < opts.min_hand_fraction * summary["frames"]].itertuples():
         excluded[r.episode_id] = (
             f"no usable hands: a wearer hand in {r.hand_frames} of {r.frames} frames "
@@ -294,7 +355,13 @@ def _usable(ctx: StageContext, opts: ExportOptions) -> tuple[pd.DataFrame, dict[
 def _robot_targets(
     ctx: StageContext, opts: ExportOptions, summary: pd.DataFrame, excluded: dict[str, str]
 ) -> list[tuple[RobotLayout, pd.DataFrame, dict[str, str]]]:
-    """Per embodiment in `robot_actions`: its layout, the usable episodes it has rows for, its exclusions."""
+    """Per embodiment in `robot_actions`: its layout, the usable episodes it has rows for, its exclusions.
+
+    Episodes the retarget stage refused for an embodiment (`refused`, e.g. no metric scale) are left out
+    of its dataset with that reason. The dataset's rate is the embodiment's `control_fps` (the rate most
+    of its episodes were retargeted at); an episode retargeted at another rate (the profile changed and
+    retarget has not run again) is left out, saying so.
+    """
     if not opts.robot_datasets or summary.empty or not exists(ctx.layout, ROBOT_ACTIONS):
         return []
     rows = read(ctx.spark, ctx.layout, ROBOT_ACTIONS).where(
@@ -308,30 +375,44 @@ def _robot_targets(
         )
         .toPandas()
     )
-    hashes = (
+    episodes = (
         rows.groupBy("embodiment", "episode_id")
-        .agg(F.first("config_hash").alias("robot_config_hash"))
+        .agg(
+            F.first("config_hash").alias("robot_config_hash"),
+            F.max("control_fps").alias("control_fps"),
+            F.first("refused", ignorenulls=True).alias("refused"),
+        )
         .toPandas()
     )
     targets = []
     arms = arms[arms["joint_names"].notna()].sort_values(["embodiment", "identity"])
     for embodiment, mine in arms.groupby("embodiment"):
-        if mine.empty:
-            continue
         grip = [bool(g) for g in mine["gripper"]]
         names = tuple(
             tuple([*j, "gripper"] if g else list(j)) for j, g in zip(mine["joint_names"], grip, strict=True)
         )
-        layout = RobotLayout(str(embodiment), tuple(mine["identity"]), names, tuple(grip))
-        ok = summary.merge(
-            hashes[hashes["embodiment"] == embodiment].drop(columns="embodiment"), on="episode_id"
-        )
-        missing = {
-            e: f"no robot_actions rows for {embodiment}"
-            for e in summary["episode_id"]
-            if e not in set(ok["episode_id"])
+        own = episodes[episodes["embodiment"] == embodiment]
+        rates = own.loc[own["refused"].isna(), "control_fps"]
+        fps = int(rates.mode().max() if len(rates) else own["control_fps"].max())
+        layout = RobotLayout(str(embodiment), tuple(mine["identity"]), names, tuple(grip), fps)
+        why = {
+            r.episode_id: f"retarget refused: {r.refused}" for r in own[own["refused"].notna()].itertuples()
         }
-        targets.append((layout, ok, {**excluded, **missing}))
+        why.update(
+            {
+                r.episode_id: f"robot_actions at {r.control_fps} Hz, the dataset at {fps} Hz: rerun retarget"
+                for r in own[own["refused"].isna() & (own["control_fps"] != fps)].itertuples()
+            }
+        )
+        why.update(
+            {
+                e: f"no robot_actions rows for {embodiment}"
+                for e in summary["episode_id"]
+                if e not in set(own["episode_id"])
+            }
+        )
+        ok = summary.merge(own[["episode_id", "robot_config_hash"]], on="episode_id")
+        targets.append((layout, ok[~ok["episode_id"].isin(why)].reset_index(drop=True), {**excluded, **why}))
     return targets
 
 
@@ -345,6 +426,8 @@ def _publish_dataset(  # noqa: PLR0913 - one dataset: where, what, and which epi
 ) -> ExportResult:
     """Write and publish one dataset version from `summary`'s episodes (none when nothing changed)."""
     opts: ExportOptions = ctx.cfg.export
+    if robot is not None:  # one dataset frame per control step
+        opts = replace(opts, tensors=replace(opts.tensors, fps=robot.fps))
     started, root = now(), ctx.layout.datasets
     left_out = [EpisodeOutcome(e, "skipped", 0, why, started, now()) for e, why in sorted(excluded.items())]
     if summary.empty:
@@ -389,7 +472,10 @@ def _publish_dataset(  # noqa: PLR0913 - one dataset: where, what, and which epi
     logger.info(
         "export: %s/%s with %d episodes, %d left out", name, version, len(plan), len(excluded) + len(failed)
     )
-    return ExportResult(version, done + failures + left_out, {**manifest, "version": version})
+    units = {r.episode_id: (float(r.unit_s), float(r.unit_cpu_s)) for r in metas.itertuples()}
+    return ExportResult(
+        version, done + failures + left_out, {**manifest, "version": version}, unit_seconds=units
+    )
 
 
 def run(ctx: StageContext, lineage: Lineage) -> ExportResult:
@@ -398,7 +484,8 @@ def run(ctx: StageContext, lineage: Lineage) -> ExportResult:
     Even a forced run (`--from-stage`, no `--resume`) publishes no version when the fingerprint is
     the latest version's: the content decides, not the run. Per-robot datasets (`<name>-<embodiment>`,
     from `robot_actions` when `export.robot_datasets` and the table exists) are versioned the same way;
-    the returned outcomes (the `runs` rows) are those of the human-hands dataset.
+    `outcomes` are the human-hands dataset's `runs` rows, `robot_outcomes` each robot dataset's (recorded
+    as stage `export:<dataset>`).
     """
     opts: ExportOptions = ctx.cfg.export
     summary, excluded = _usable(ctx, opts)
@@ -407,4 +494,5 @@ def run(ctx: StageContext, lineage: Lineage) -> ExportResult:
         name = f"{opts.name}-{robot.embodiment}"
         robot_result = _publish_dataset(ctx, lineage, name, robot_summary, robot_excluded, robot)
         result.robot_versions[name] = robot_result.version
+        result.robot_outcomes[name] = robot_result.outcomes
     return result

@@ -24,9 +24,6 @@ from typing import Literal
 import cv2
 import numpy as np
 
-from pose_core.hands.estimator import check_frames
-from pose_core.hands.rois import PalmDecodeOptions, decode_palms, letterbox, ssd_anchors
-
 __all__ = ["DETECTORS", "DetectorSpec", "FaceBlurOptions", "FaceBlurrer"]
 
 logger = logging.getLogger(__name__)
@@ -138,6 +135,10 @@ class FaceBlurrer:
 
     def __init__(self, opts: FaceBlurOptions | None = None, model_path: Path | None = None) -> None:
         self.opts = opts or FaceBlurOptions()
+        # pose_core.hands imports at first use: the package pulls in scipy and fusion, and the exporter
+        # imports this module on every Spark worker for FaceBlurOptions even with blurring off.
+        from pose_core.hands.rois import PalmDecodeOptions, ssd_anchors  # noqa: PLC0415
+
         self._spec = DETECTORS[self.opts.detector]
         self._decode = PalmDecodeOptions(
             input_size=self._spec.input_size, min_score=self.opts.min_score, nms_iou=self.opts.nms_iou
@@ -163,6 +164,8 @@ class FaceBlurrer:
         """
         if self._interp is None:
             return np.zeros((0, 4)), np.zeros(0)
+        from pose_core.hands.rois import decode_palms, letterbox  # noqa: PLC0415 -- see __init__
+
         size = self._spec.input_size
         inp, out = self._interp.get_input_details()[0], self._interp.get_output_details()
         all_boxes, all_scores = [np.zeros((0, 4))], [np.zeros(0)]
@@ -193,6 +196,8 @@ class FaceBlurrer:
         Raises:
             ShapeError: `frames_rgb` is not `(N, H, W, 3)` uint8.
         """
+        from pose_core.hands.estimator import check_frames  # noqa: PLC0415 -- see __init__
+
         check_frames(frames_rgb)
         counts = np.zeros(len(frames_rgb), np.int64)
         if not self.opts.enabled or len(frames_rgb) == 0:

@@ -7,8 +7,11 @@ clip too short to learn from. Every check has its threshold in `QAThresholds` (c
 
 Convention:
     Arrays are per frame in frame order, `F` frames. Camera centres are in map units (monocular:
-    arbitrary scale), so camera checks are scale free (ratios); hand checks are in metres.
-    NaN marks a missing value (no pose, hand not seen).
+    arbitrary scale), so camera checks are scale free (ratios). Hand checks look at wrists in the
+    camera frame, which is metric whether or not the episode has a metric map scale (the hand fit's
+    depth comes from the hand-size prior; only the camera path is in map units): a world-frame wrist
+    of an episode without a scale mixes metres (hand about the camera) with map units (camera path)
+    and has no unit a threshold could use. NaN marks a missing value (no pose, hand not seen).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.optimize import linear_sum_assignment
 
 from pose_core.errors import ShapeError
 
@@ -63,10 +67,19 @@ class QAThresholds:
     # pose_jitter: RMS of the camera path's second difference over the RMS of its first difference
     # (scale free; smooth head motion at 30 Hz gives ~0.1, white noise ~1.7).
     max_pose_jitter: float = 1.2
-    # hand_jitter: median acceleration of a wearer's wrist between consecutive frames, m/s^2.
+    # hand_jitter: median acceleration of a wearer's wrist between consecutive frames in the camera
+    # frame, m/s^2 (metric with or without a map scale; the camera path's jitter is pose_jitter's).
     max_hand_jitter_mps2: float = 25.0
-    # identity_switches: more than this many switches of a hand identity fail.
+    # identity_switches: more than this many switches of a hand identity fail. A switch is a hand
+    # taking over another identity's path (a left/right swap, a hand relabelled while in view), not
+    # a hand that leaves the view and comes back under its own identity.
     max_identity_switches: int = 0
+    # A hand continues the path of the identity whose last wrist position (camera frame) is nearest,
+    # within this distance, metres (one-to-one per frame) ...
+    switch_gate_m: float = 0.1
+    # ... seen at most this many seconds earlier: older positions are forgotten, so a hand that
+    # returns after a longer absence continues no path and switches nothing.
+    switch_window_s: float = 0.5
     # low_hand_coverage: fails when fewer than this fraction of frames show a wearer hand
     # (observed or safely gap-filled).
     min_hand_coverage: float = 0.3
@@ -78,6 +91,8 @@ class QAThresholds:
             raise ValueError(f"qa.thresholds.max_scale_ratio must be > 1, got {self.max_scale_ratio}")
         if self.scale_window_s <= 0 or self.min_duration_s < 0 or self.max_lost_run_s <= 0:
             raise ValueError("qa.thresholds: scale_window_s, max_lost_run_s must be > 0, min_duration_s >= 0")
+        if self.switch_gate_m <= 0 or self.switch_window_s <= 0:
+            raise ValueError("qa.thresholds: switch_gate_m and switch_window_s must be > 0")
 
 
 @dataclass(frozen=True)
@@ -89,16 +104,17 @@ class EpisodeSignals:
         camera_centre: camera centre in world, map units, `(F, 3)`; NaN rows where no pose.
         tracked: the pose comes from tracking (not lost, not missing), `(F,)`.
         segment_id: tracking segment (a new one starts after each loss), `(F,)`.
-        wrists_m: wearer wrist positions in world, metres, by identity, each `(F, 3)`; NaN where absent.
-        identity_switch: number of identity switches at each frame, `(F,)`.
+        wrists_cam_m: wrist positions in the camera frame, metres, of every hand identity (the
+            wearer's and other people's), each `(F, 3)`; NaN where absent.
+        wearer: the identities that are the wearer's hands (jitter and coverage look at these).
     """
 
     ts_s: FloatArray
     camera_centre: FloatArray
     tracked: BoolArray
     segment_id: NDArray[np.int64]
-    wrists_m: dict[str, FloatArray] = field(default_factory=dict)
-    identity_switch: NDArray[np.int64] | None = None
+    wrists_cam_m: dict[str, FloatArray] = field(default_factory=dict)
+    wearer: tuple[str, ...] = ("wearer_left", "wearer_right")
 
     def __post_init__(self) -> None:
         n = len(self.ts_s)
@@ -108,9 +124,9 @@ class EpisodeSignals:
                 (self.camera_centre.shape, self.tracked.shape, self.segment_id.shape),
                 f"({n}, 3), ({n},), ({n},)",
             )
-        for name, w in self.wrists_m.items():
+        for name, w in self.wrists_cam_m.items():
             if w.shape != (n, 3):
-                raise ShapeError(f"EpisodeSignals: wrists_m[{name!r}]", w.shape, f"({n}, 3)")
+                raise ShapeError(f"EpisodeSignals: wrists_cam_m[{name!r}]", w.shape, f"({n}, 3)")
 
 
 @dataclass(frozen=True)
@@ -198,10 +214,10 @@ def _jitter(path: FloatArray) -> tuple[float, BoolArray]:
     return float(np.sqrt(np.mean(n2[n2_ok] ** 2)) / rms1), kicks
 
 
-def _hand_jitter(wrists: dict[str, FloatArray], dt: float, n: int) -> tuple[float, BoolArray]:
+def _hand_jitter(wrists: list[FloatArray], dt: float, n: int) -> tuple[float, BoolArray]:
     """Worst wearer's median wrist acceleration (m/s^2) and the frames above twice that median."""
     worst, frames = float("nan"), np.zeros(n, bool)
-    for w in wrists.values():
+    for w in wrists:
         accel = np.full(n, np.nan)
         accel[1:-1] = np.linalg.norm(w[2:] - 2.0 * w[1:-1] + w[:-2], axis=1) / dt**2
         if np.isfinite(accel).sum() < 3:
@@ -210,6 +226,34 @@ def _hand_jitter(wrists: dict[str, FloatArray], dt: float, n: int) -> tuple[floa
         if not median <= worst:  # the first measurable hand, or a worse one (NaN-safe)
             worst, frames = median, np.nan_to_num(accel) > 2.0 * median
     return worst, frames
+
+
+def _identity_switches(
+    wrists: dict[str, FloatArray], wearer: tuple[str, ...], gate_m: float, window: int, n: int
+) -> NDArray[np.int64]:
+    """Per frame, how many identities took over another identity's path with a wearer hand involved, `(F,)`.
+
+    Each frame's hands are matched one to one (Hungarian, wrist distance, gated by `gate_m`) to the
+    last positions of the identities seen within `window` frames; a hand matched to another
+    identity's last position continues that hand under a new label. A hand's own track restarting
+    (it left the view and returned) matches nothing or itself and is not a switch.
+    """
+    names = sorted(wrists)
+    present = {k: np.isfinite(w).all(axis=1) for k, w in wrists.items()}
+    counts = np.zeros(n, np.int64)
+    last_frame: dict[str, int] = {}
+    for f in range(n):
+        now = [k for k in names if present[k][f]]
+        recent = [k for k in names if k in last_frame and f - last_frame[k] <= window]
+        if now and recent:
+            here = np.array([wrists[k][f] for k in now])
+            before = np.array([wrists[k][last_frame[k]] for k in recent])
+            dist = np.linalg.norm(here[:, None] - before[None], axis=-1)
+            rows, cols = linear_sum_assignment(np.where(dist <= gate_m, dist, gate_m + 1e6))
+            pairs = [(now[r], recent[c]) for r, c in zip(rows, cols, strict=True) if dist[r, c] <= gate_m]
+            counts[f] = sum(a != b and (a in wearer or b in wearer) for a, b in pairs)
+        last_frame.update(dict.fromkeys(now, f))
+    return counts
 
 
 def evaluate_episode(signals: EpisodeSignals, thresholds: QAThresholds) -> QAResult:  # noqa: PLR0914
@@ -240,10 +284,12 @@ def evaluate_episode(signals: EpisodeSignals, thresholds: QAThresholds) -> QARes
     ratio = _scale_ratio(_steps(centre, tracked), segment, window, th.rest_speed_fraction)
     worst_ratio = float(np.nanmax(ratio)) if np.isfinite(ratio).any() else float("nan")
     pose_jitter, pose_kicks = _jitter(np.where(tracked[:, None], centre, np.nan))
-    hand_jitter, hand_kicks = _hand_jitter(signals.wrists_m, dt, n)
-    switch = np.zeros(n, np.int64) if signals.identity_switch is None else np.asarray(signals.identity_switch)
+    wearer = [w for k, w in signals.wrists_cam_m.items() if k in signals.wearer]
+    hand_jitter, hand_kicks = _hand_jitter(wearer, dt, n)
+    window_frames = max(1, round(th.switch_window_s / dt))
+    switch = _identity_switches(signals.wrists_cam_m, signals.wearer, th.switch_gate_m, window_frames, n)
     present = np.zeros(n, bool)
-    for w in signals.wrists_m.values():
+    for w in wearer:
         present |= np.isfinite(w).all(axis=1)
     coverage = float(present.mean()) if n else 0.0
 
@@ -282,12 +328,14 @@ def evaluate_episode(signals: EpisodeSignals, thresholds: QAThresholds) -> QARes
         ),
         "hand_jitter": (
             hand_jitter > th.max_hand_jitter_mps2,
-            f"median wrist acceleration {hand_jitter:.1f} m/s^2 (limit {th.max_hand_jitter_mps2:g} m/s^2)",
+            f"median wrist acceleration {hand_jitter:.1f} m/s^2 in the camera frame "
+            f"(limit {th.max_hand_jitter_mps2:g} m/s^2)",
             hand_kicks,
         ),
         "identity_switches": (
             int(switch.sum()) > th.max_identity_switches,
-            f"{int(switch.sum())} hand identity switches (limit {th.max_identity_switches})",
+            f"{int(switch.sum())} hand identity switches: a hand took over another identity's path "
+            f"(limit {th.max_identity_switches})",
             switch > 0,
         ),
         "low_hand_coverage": (

@@ -62,18 +62,46 @@ def feature_stats(
     return stats, weights
 
 
+def _quantiles_of_counts(counts: NDArray[np.int64], q: float) -> NDArray[np.float64]:
+    """`np.quantile(x, q)` (linear method) of integer values given as per-channel counts `(C, V)`, `(C,)`."""
+    cum = np.cumsum(counts, axis=1)
+    position = (cum[:, -1] - 1) * q
+    below = np.floor(position)
+    # k-th smallest value (0-based) = first value whose cumulative count exceeds k
+    lo = np.array([np.searchsorted(c, k, side="right") for c, k in zip(cum, below, strict=True)])
+    hi = np.array(
+        [np.searchsorted(c, min(k + 1, c[-1] - 1), side="right") for c, k in zip(cum, below, strict=True)]
+    )
+    return lo + (position - below) * (hi - lo)
+
+
 def image_stats(frames_rgb: NDArray[np.uint8]) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Channel statistics of RGB frames `(N, H, W, 3)` uint8, values scaled to [0, 1], each `(3, 1, 1)`.
+
+    The same values `feature_stats` gives for the scaled pixels, from one 256-bin histogram per
+    channel (exact for uint8: quantiles interpolate between order statistics as `np.quantile` does),
+    so an episode's ~100 sampled frames cost milliseconds, not seconds of sorting.
 
     Returns:
         (stats, weights): the statistics (`count` = N) and weights `(3, 1, 1)` = N.
     """
-    if frames_rgb.ndim != 4 or frames_rgb.shape[-1] != 3:
-        raise ShapeError("frames", frames_rgb.shape, "(N, H, W, 3)")
+    if frames_rgb.ndim != 4 or frames_rgb.shape[-1] != 3 or frames_rgb.dtype != np.uint8:
+        raise ShapeError("frames", (frames_rgb.shape, frames_rgb.dtype), "(N, H, W, 3) uint8")
     step = max(1, max(frames_rgb.shape[1:3]) // _IMAGE_STEP_TARGET_PX)
-    pixels = frames_rgb[:, ::step, ::step].reshape(-1, 3).astype(np.float64) / 255.0
-    stats, _ = feature_stats(pixels)
-    out = {k: v.reshape(3, 1, 1) for k, v in stats.items() if k != "count"}
+    pixels = frames_rgb[:, ::step, ::step].reshape(-1, 3)
+    counts = np.stack([np.bincount(pixels[:, c], minlength=256) for c in range(3)]).astype(np.int64)
+    level = np.arange(256, dtype=np.float64) / 255.0
+    n = float(len(pixels))
+    mean = counts @ level / n
+    seen = counts > 0
+    stats = {
+        "min": level[seen.argmax(axis=1)],
+        "max": level[255 - seen[:, ::-1].argmax(axis=1)],
+        "mean": mean,
+        "std": np.sqrt((counts * (level[None] - mean[:, None]) ** 2).sum(axis=1) / n),
+        **{k: _quantiles_of_counts(counts, q) / 255.0 for k, q in QUANTILES.items()},
+    }
+    out = {k: v.reshape(3, 1, 1) for k, v in stats.items()}
     out["count"] = np.array([len(frames_rgb)], np.int64)
     return out, np.full((3, 1, 1), len(frames_rgb), np.int64)
 

@@ -1,7 +1,8 @@
-"""Stage export on local Spark + Delta: a real pipeline run over a synthetic episode, plus a table-level
-copy of it as a second episode (a second pipeline episode would double the module's cost), exported by
-two executors, loaded by lerobot and checked against `hands_world`; then versions, "nothing changed",
-QA exclusions and rollback. One pipeline run is shared by the module (module-scoped fixture)."""
+"""Stage export on local Spark + Delta, from `egolake demo` (`jobs.cli.run_demo`: the generated 5-s clip
+through every stage): the demo's dataset loads in lerobot and its values equal the world tables it came
+from; then a table-level copy of the demo episode as a second one (a second pipeline episode would double
+the module's cost), exported by two executors; then versions, "nothing changed", QA exclusions and
+rollback. One demo run is shared by the module (module-scoped fixture)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,6 @@ from tests.udfs.lerobot_load import load_with_lerobot
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-N_FRAMES = 45
-SEED = 1  # its wearer_left hand is identified by fusion in ~40 % of the frames (seed 0: none)
-STAGES = ["ingest", "priors", "hands", "tracking", "ba", "completion", "fusion"]
 COPY_ID = "c0ffee0000000000"
 
 
@@ -45,16 +43,23 @@ def _copy_episode(spark, out: str, episode: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def pipeline_run(spark, tmp_path_factory):
+def demo_run(spark, tmp_path_factory):
+    """`egolake demo` with the default configuration: every stage, ending in dataset hands/v1."""
+    from jobs.cli import run_demo
     from jobs.config import load_config
-    from jobs.pipeline import run_pipeline
-    from jobs.sample import SampleOptions, write_sample
 
-    sample = tmp_path_factory.mktemp("sample")
-    write_sample(sample, SampleOptions(frames=N_FRAMES, seed=SEED))
-    out = str(tmp_path_factory.mktemp("out"))
-    cfg = load_config([], ["export.tensors.fps=15"])
-    run_pipeline(spark, cfg, str(sample / "videos"), out, stages=STAGES)
+    out = str(tmp_path_factory.mktemp("demo"))
+    cfg = load_config([], [])
+    summary = run_demo(spark, cfg, out)
+    return out, cfg, summary
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(spark, demo_run):
+    """The demo's episode plus its copy, exported again (v2, two episodes)."""
+    from jobs.pipeline import run_pipeline
+
+    out, cfg, _ = demo_run
     _copy_episode(spark, out, _table(spark, out, "videos")["episode_id"].iat[0])
     summary = run_pipeline(spark, cfg, None, out, stages=["export"])
     return out, cfg, summary
@@ -77,51 +82,86 @@ def _file_hashes(folder: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def loaded(pipeline_run, tmp_path_factory):
-    out, _, _ = pipeline_run
+def loaded(demo_run, tmp_path_factory):
+    out, _, _ = demo_run
     return load_with_lerobot(_dataset(out, "v1"), tmp_path_factory.mktemp("load") / "frames.npz")
 
 
-def test_export_of_a_pipeline_run_loads_in_lerobot_with_hands_world_values(spark, pipeline_run, loaded):
+def test_the_demo_passes_qa_and_exports_with_a_metric_scale(spark, demo_run):
     from jobs.datasets import read_manifest
 
-    out, _, summary = pipeline_run
+    out, _, summary = demo_run
+    assert not summary.failed and summary.counts["export"]["ok"] == 1, summary.counts
+    qa = _table(spark, out, "qa")
+    assert qa["passed"].tolist() == [True], qa["reasons"].tolist()
+    manifest = read_manifest(os.path.join(out, "datasets"), "hands", "v1")
+    assert manifest["counts"]["episodes"] == 1 and manifest["exclusions"] == []
+    assert manifest["episodes"][0]["scale_source"] == "imu"  # the 5-s clip gives the IMU enough motion
+
+
+def test_the_demo_export_loads_in_lerobot_with_the_world_tables_values(spark, demo_run, loaded):
+    from jobs.datasets import read_manifest
+
+    out, cfg, _ = demo_run
     meta, arrays = loaded
     manifest = read_manifest(os.path.join(out, "datasets"), "hands", "v1")
-    assert summary.counts["export"]["ok"] == manifest["counts"]["episodes"] == meta["num_episodes"] == 2
-    assert meta["num_frames"] == manifest["counts"]["frames"] == len(arrays["value/index"])
-    hands = _table(spark, out, "hands_world").set_index(["episode_id", "frame_idx", "identity"]).sort_index()
-    poses = _table(spark, out, "camera_poses").set_index(["episode_id", "frame_idx"])
-    by_index = {e["episode_index"]: e["episode_id"] for e in manifest["episodes"]}
+    assert meta["num_episodes"] == 1 and meta["num_frames"] == manifest["counts"]["frames"]
+    assert meta["fps"] == cfg.export.tensors.fps and len(arrays["value/index"]) == meta["num_frames"]
+    np.testing.assert_array_equal(arrays["value/index"][:, 0], np.arange(meta["num_frames"]))
+    hands_world = _table(spark, out, "hands_world")
+    mpu = float(hands_world["metres_per_unit"].dropna().iat[0])
+    assert mpu == pytest.approx(manifest["episodes"][0]["metres_per_unit"])
+    hands = hands_world.set_index(["frame_idx", "identity"]).sort_index()
+    poses = _table(spark, out, "camera_poses").set_index("frame_idx")
     checked = 0
-    for i in range(meta["num_frames"]):
-        episode = by_index[int(arrays["value/episode_index"][i, 0])]
+    for i in range(meta["num_frames"]):  # every frame: the clip is short
         frame = int(arrays["value/source_frame_idx"][i, 0])
         state = arrays["value/observation.state"][i].reshape(2, 10)
         for slot, identity in enumerate(("wearer_left", "wearer_right")):
-            key = (episode, frame, identity)
-            assert (arrays["value/observation.present"][i, slot] > 0) == (key in hands.index), key
-            if key in hands.index:
-                keypoints = np.asarray(hands.loc[key, "keypoints_world_m"]).reshape(21, 3)
-                np.testing.assert_allclose(state[slot, :3], keypoints[0], atol=1e-6)
+            present = (frame, identity) in hands.index
+            assert (arrays["value/observation.present"][i, slot] > 0) == present, (frame, identity)
+            if present:
+                keypoints = np.asarray(hands.loc[(frame, identity), "keypoints_world_m"]).reshape(21, 3)
+                np.testing.assert_allclose(state[slot, :3], keypoints[0], atol=1e-6)  # metres already
                 checked += 1
-        t = poses.loc[(episode, frame), "world_from_cam_t_m"]
+        t = poses.loc[frame, "world_from_cam_t_m"]
         assert (arrays["value/observation.present"][i, 2] > 0) == (t is not None)
-        if t is not None:
+        if t is not None:  # camera translation in metres: map units times the IMU's scale
             np.testing.assert_allclose(
-                arrays["value/observation.camera_pose"][i, :3], np.asarray(t), atol=1e-5
+                arrays["value/observation.camera_pose"][i, :3], mpu * np.asarray(t), atol=1e-5
             )
     assert checked > meta["num_frames"] // 2  # most frames have a hand to compare
+    image = arrays["image/observation.images.ego"]
+    assert image.shape[0] == meta["num_frames"] and 0.0 < image.mean() < 1.0
+
+
+def test_spark_hash_partitioning_is_predicted_without_a_job(spark):
+    """The export picks its grouping keys with `_hash_partition` instead of probing Spark."""
+    from pyspark.sql import functions as F
+
+    from jobs.export import _hash_partition, _slot_values
+
+    values = [0, 1, 2, 41, 2**31 - 1, 2**31, 2**32 + 5, 2**40 + 3, -1, -(2**35)]
+    for n in (1, 2, 3, 4, 7):
+        expected = (
+            spark.createDataFrame([(v,) for v in values], "v long")
+            .select(F.expr(f"pmod(hash(v), {n})").alias("p"))
+            .toPandas()["p"]
+            .tolist()
+        )
+        assert [_hash_partition(v, n) for v in values] == expected
+        assert [_hash_partition(v, n) for v in _slot_values(n, 10)] == [k % n for k in range(10)]
 
 
 def test_two_executors_wrote_the_episodes_in_parallel_without_clashes(pipeline_run):
     from jobs.datasets import read_manifest
 
-    out, _, _ = pipeline_run
-    manifest = read_manifest(os.path.join(out, "datasets"), "hands", "v1")
+    out, _, summary = pipeline_run
+    manifest = read_manifest(os.path.join(out, "datasets"), "hands", "v2")
+    assert summary.counts["export"]["ok"] == manifest["counts"]["episodes"] == 2
     workers = {e["worker"] for e in manifest["episodes"]}
     assert len(workers) == 2  # local[2]: one Python worker per episode
-    files = sorted(_file_hashes(_dataset(out, "v1")))
+    files = sorted(_file_hashes(_dataset(out, "v2")))
     per_episode = [f for f in files if f.startswith(("data/", "videos/"))]
     assert per_episode == sorted(
         [
@@ -145,11 +185,11 @@ def test_unchanged_export_makes_no_version_then_qa_exclusion_and_rollback(spark,
 
     out, cfg, _ = pipeline_run
     root = os.path.join(out, "datasets")
-    v1 = _file_hashes(_dataset(out, "v1"))
+    v2 = _file_hashes(_dataset(out, "v2"))
     again = run_pipeline(spark, cfg, None, out, stages=["export"])
-    assert versions(root, "hands") == ["v1"] and again.counts["export"]["skipped"] == 2
+    assert versions(root, "hands") == ["v1", "v2"] and again.counts["export"]["skipped"] == 2
 
-    episodes = sorted(e["episode_id"] for e in read_manifest(root, "hands", "v1")["episodes"])
+    episodes = sorted(e["episode_id"] for e in read_manifest(root, "hands", "v2")["episodes"])
     qa = pd.DataFrame(dict.fromkeys(QA.columns), index=[0, 1]).assign(
         episode_id=episodes,
         passed=[True, False],
@@ -158,11 +198,11 @@ def test_unchanged_export_makes_no_version_then_qa_exclusion_and_rollback(spark,
     )
     write(spark.createDataFrame(qa, QA.spark), Layout(out), QA, episodes, Lineage("test", "1", "h"))
     run_pipeline(spark, cfg, None, out, stages=["export"])
-    v2 = read_manifest(root, "hands")
-    assert v2["version"] == "v2" and [e["episode_id"] for e in v2["episodes"]] == episodes[:1]
-    assert v2["exclusions"] == [{"episode_id": episodes[1], "reason": "qa failed: hands in 10% of frames"}]
+    v3 = read_manifest(root, "hands")
+    assert v3["version"] == "v3" and [e["episode_id"] for e in v3["episodes"]] == episodes[:1]
+    assert v3["exclusions"] == [{"episode_id": episodes[1], "reason": "qa failed: hands in 10% of frames"}]
 
     assert cli_main(["datasets", "rollback", out, "hands"]) == 0
-    assert latest_version(root, "hands") == "v1"
-    assert _file_hashes(_dataset(out, "v1")) == v1  # the old version is byte-identical
-    assert _file_hashes(_dataset(out)) == v1  # and `latest` serves it
+    assert latest_version(root, "hands") == "v2"
+    assert _file_hashes(_dataset(out, "v2")) == v2  # the old version is byte-identical
+    assert _file_hashes(_dataset(out)) == v2  # and `latest` serves it

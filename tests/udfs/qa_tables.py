@@ -149,7 +149,11 @@ def inject_scale_jump(t: dict[str, pd.DataFrame], at: int, factor: float) -> Non
 
 
 def inject_identity_switch(t: dict[str, pd.DataFrame], frame: int) -> None:
-    """The right hand's identity switches at the first sighting from `frame` on."""
+    """From the first frame >= `frame` showing both hands on, the hands swap identities (left <-> right)."""
     hw = t[HANDS_WORLD.name]
-    rows = hw.index[(hw["identity"] == "wearer_right") & (hw["frame_idx"] >= frame)]
-    hw.loc[rows[0], "identity_switch"] = True
+    both = hw.groupby("frame_idx")["identity"].nunique()
+    at = int(both[(both.index >= frame) & (both == 2)].index[0])
+    later = hw["frame_idx"] >= at
+    hw.loc[later, "identity"] = hw.loc[later, "identity"].map(
+        {"wearer_left": "wearer_right", "wearer_right": "wearer_left"}
+    )

@@ -225,7 +225,9 @@ def test_robot_dataset_without_video_loads_with_joint_positions(sample, tmp_path
         [
             {
                 "episode_id": "r",
+                "step_idx": f,  # robot_actions' control steps at 30 Hz: one per source frame here
                 "frame_idx": f,
+                "ts_s": gt["ts_s"][f],
                 "identity": ident,
                 "joint_positions": joints[f, i].tolist(),
                 "gripper": 0.01 * f if i == 1 else None,
@@ -240,6 +242,7 @@ def test_robot_dataset_without_video_loads_with_joint_positions(sample, tmp_path
         ("wearer_left", "wearer_right"),
         (("j0", "j1", "j2"), ("j0", "j1", "j2", "gripper")),
         (False, True),
+        30,
     )
     opts = ExportOptions(tensors=TensorOptions(fps=30), video=False, privacy=FaceBlurOptions(enabled=False))
     plan, tasks = plan_episodes(

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -78,6 +79,8 @@ EPISODE_META = pa.schema(
         pa.field("video_json", pa.string()),  # {video key: LeRobot video info block}
         pa.field("faces_blurred", pa.int64()),  # faces pixelated over all exported frames
         pa.field("worker", pa.string()),  # host:pid of the Python worker that wrote the files
+        pa.field("unit_s", pa.float64()),  # wall seconds of the unit (tensors, files, statistics)
+        pa.field("unit_cpu_s", pa.float64()),  # CPU seconds of the worker process meanwhile (all threads)
     ]
 )
 _CODECS = {"h264": ("libx264", "h264"), "av1": ("libsvtav1", "av1")}  # option -> (encoder, info.json codec)
@@ -105,6 +108,9 @@ class ExportOptions:
     crf: int = 23
     # Frames between key frames: short GOPs make random access (training loaders) cheap.
     gop_size: int = 10
+    # Encoder threads per episode (0: the encoder's default, one per core). 1 by default: Spark
+    # already runs one task per core, so more threads only contend with the other tasks.
+    encoder_threads: int = 1
     # Episodes with a wearer hand in fewer than this fraction of their source frames are left out.
     min_hand_fraction: float = 0.2
     # Task text of episodes without a task sidecar.
@@ -121,6 +127,8 @@ class ExportOptions:
             raise ValueError(
                 f"export image size must be even and >= 2, got {self.image_width}x{self.image_height}"
             )
+        if self.encoder_threads < 0:
+            raise ValueError(f"export.encoder_threads must be >= 0, got {self.encoder_threads}")
         if not 0.0 <= self.min_hand_fraction <= 1.0:
             raise ValueError(f"export.min_hand_fraction must be in [0, 1], got {self.min_hand_fraction}")
         if not self.name or "/" in self.name or self.name.startswith(("_", ".")):
@@ -134,7 +142,10 @@ class ExportOptions:
     @property
     def encode(self) -> EncodeOptions:
         """Encoder settings for `udfs.media.encode`."""
-        return EncodeOptions(codec=_CODECS[self.codec][0], crf=self.crf, gop_size=self.gop_size)
+        threads = {"threads": str(self.encoder_threads)} if self.encoder_threads else {}
+        return EncodeOptions(
+            codec=_CODECS[self.codec][0], crf=self.crf, gop_size=self.gop_size, codec_options=threads
+        )
 
     def video_info(self, fps: int) -> dict[str, object]:
         """LeRobot's `info` block of a video feature."""
@@ -159,12 +170,15 @@ class RobotLayout:
         identities: the wearer hands its arms follow, in state order.
         joint_names: per identity, its state dimensions (joints, then `gripper` when it has one).
         has_gripper: per identity, whether the last dimension is the gripper command.
+        fps: the dataset's rate: the embodiment's control rate (`robot_actions.control_fps`), so each
+            dataset frame is one control step of `robot_actions`.
     """
 
     embodiment: str
     identities: tuple[str, ...]
     joint_names: tuple[tuple[str, ...], ...]
     has_gripper: tuple[bool, ...]
+    fps: int
 
 
 def robot_spec(opts: ExportOptions, robot: RobotLayout) -> FeatureSpec:
@@ -191,9 +205,10 @@ def dataset_spec(opts: ExportOptions) -> FeatureSpec:
 def _stack(column: pd.Series, width: int) -> np.ndarray:
     """A list column (None = missing) as float64 `(N, width)`, NaN rows where missing."""
     out = np.full((len(column), width), np.nan)
-    for i, v in enumerate(column):
-        if v is not None and len(v) == width:
-            out[i] = np.asarray(v, np.float64)
+    values = column.to_numpy()
+    ok = np.array([v is not None and len(v) == width for v in values], bool)
+    if ok.any():
+        out[ok] = np.stack(values[ok]).astype(np.float64)
     return out
 
 
@@ -298,41 +313,46 @@ def _stats_json(stats: dict[str, tuple[dict, np.ndarray]]) -> str:
     )
 
 
-def _robot_arrays(frames: pd.DataFrame, rows: pd.DataFrame, robot: RobotLayout) -> list[np.ndarray]:
-    """Per followed hand `(F, J_i)` joint positions (+ gripper) in frame order; NaN where undefined."""
-    row_of = {int(f): i for i, f in enumerate(frames["frame_idx"])}
+def _robot_arrays(
+    rows: pd.DataFrame, robot: RobotLayout
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """The episode's control steps from its `robot_actions` rows.
+
+    Returns:
+        (source frame per step `(S,)`, step time `(S,)`, per followed hand `(S, J_i)` joint positions
+        (+ gripper), NaN where undefined or unreachable).
+    """
+    steps = rows.drop_duplicates("step_idx").sort_values("step_idx")
+    step_of = {int(k): i for i, k in enumerate(steps["step_idx"])}
     arms = []
     for identity, names, gripper in zip(robot.identities, robot.joint_names, robot.has_gripper, strict=True):
-        arm = np.full((len(frames), len(names)), np.nan)
+        arm = np.full((len(steps), len(names)), np.nan)
         mine = rows[(rows["identity"] == identity) & rows["reachable"].fillna(False).astype(bool)]
         n_joints = len(names) - int(gripper)
         for r in mine.itertuples():
-            if (
-                r.joint_positions is not None
-                and len(r.joint_positions) == n_joints
-                and int(r.frame_idx) in row_of
-            ):
+            if r.joint_positions is not None and len(r.joint_positions) == n_joints:
                 values = [*r.joint_positions, r.gripper] if gripper else list(r.joint_positions)
-                arm[row_of[int(r.frame_idx)]] = np.asarray(values, np.float64)
+                arm[step_of[int(r.step_idx)]] = np.asarray(values, np.float64)
         arms.append(arm)
-    return arms
+    return steps["frame_idx"].to_numpy(np.int64), steps["ts_s"].to_numpy(np.float64), arms
 
 
 def _tensors(
     frames: pd.DataFrame, rows: pd.DataFrame, opts: ExportOptions, robot: RobotLayout | None
 ) -> tuple[EpisodeTensors, FeatureSpec]:
-    """The episode's dataset frames and the dataset's features (human hands, or one robot)."""
+    """The episode's dataset frames and the dataset's features (human hands, or one robot).
+
+    A robot dataset's frames are `robot_actions`' control steps one to one (`opts.tensors.fps` is the
+    embodiment's control rate, so resampling the steps at it takes each step once).
+    """
     if robot is None:
         frame_idx, ts_s, keypoints, world_from_cam = _source_arrays(frames, rows, opts.tensors.use_filled)
         mpu = float(frames["metres_per_unit"].iat[0])
         return episode_tensors(frame_idx, ts_s, keypoints, world_from_cam, mpu, opts.tensors), dataset_spec(
             opts
         )
-    frames = frames.sort_values("frame_idx").reset_index(drop=True)
-    arms = _robot_arrays(frames, rows, robot)
-    ts_s = frames["ts_s"].to_numpy(np.float64)
-    tensors = robot_tensors(frames["frame_idx"].to_numpy(np.int64), ts_s, arms, opts.tensors)
-    return tensors, robot_spec(opts, robot)
+    frame_idx, ts_s, arms = _robot_arrays(rows, robot)
+    return robot_tensors(frame_idx, ts_s, arms, opts.tensors), robot_spec(opts, robot)
 
 
 def export_episode(
@@ -351,6 +371,7 @@ def export_episode(
     Raises:
         EgolakeError: the planned length disagrees with the resampled one, or the video is short.
     """
+    started, started_cpu = time.perf_counter(), time.process_time()
     plan = frames.iloc[0]
     episode_index, fps = int(plan["episode_index"]), opts.tensors.fps
     tensors, spec = _tensors(frames, rows, opts, robot)
@@ -406,6 +427,8 @@ def export_episode(
                 "video_json": json.dumps(video_info),
                 "faces_blurred": faces,
                 "worker": f"{socket.gethostname()}:{os.getpid()}",
+                "unit_s": time.perf_counter() - started,
+                "unit_cpu_s": time.process_time() - started_cpu,
             }
         ]
     )

@@ -51,7 +51,8 @@ class HandTrack:
         keypoints_world: `(F, 21, 3)` metres, world frame.
         filled: gap-filled, not observed, `(F,)`.
         score: detector score, `(F,)`.
-        switch: identity switch at this frame, `(F,)`.
+        switch: fusion gave this identity to a new motion track here (`identity_switch`), `(F,)`; a
+            hand returning to the view does this too, so the identity_switches check does not count these.
         depth_source: where its depth came from, `(F,)` object (None where absent).
         hand_slot: `hands_cam.hand_slot` of the observation, `(F,)` (-1 where none).
     """
@@ -163,15 +164,21 @@ def episode_view(frames: pd.DataFrame, camera_poses: pd.DataFrame, hands_world: 
 
 
 def episode_signals(view: EpisodeView) -> EpisodeSignals:
-    """The quality-check inputs of an episode: camera path and the wearer's wrists."""
+    """The quality-check inputs of an episode: camera path and every hand's wrist in the camera frame.
+
+    Wrists go back into the camera frame with the same `world_from_cam` that placed them in the world
+    (translation scaled like the hands'), so they are the hand fit's metric positions, whatever the
+    episode's map scale.
+    """
+    rotation, centre = view.world_from_cam[:, :3, :3], view.world_from_cam[:, :3, 3]
     return EpisodeSignals(
         ts_s=view.frames["ts_s"].to_numpy(np.float64),
-        camera_centre=view.world_from_cam[:, :3, 3],
+        camera_centre=centre,
         tracked=view.tracked,
         segment_id=view.frames["segment_id"].to_numpy(np.int64),
-        wrists_m={k: h.keypoints_world[:, 0] for k, h in view.hands.items() if k in WEARER},
-        identity_switch=sum(
-            (h.switch.astype(np.int64) for k, h in view.hands.items() if k in WEARER),
-            np.zeros(len(view.frames), np.int64),
-        ),
+        wrists_cam_m={
+            k: np.einsum("fji,fj->fi", rotation, h.keypoints_world[:, 0] - centre)
+            for k, h in view.hands.items()
+        },
+        wearer=WEARER,
     )

@@ -185,7 +185,7 @@ def _events(view: EpisodeView, result: QAResult) -> list[tuple[str, NDArray[np.b
     for identity, hand in view.hands.items():
         colour = _rgb(identity)
         out.append((f"{identity} filled", hand.filled & hand.present, colour))
-        out.append((f"{identity} switch", hand.switch, colour))
+        out.append((f"{identity} new track", hand.switch, colour))
         for source in sorted({s for s in hand.depth_source if s and s != "gap_fill"}):
             out.append((f"{identity} depth: {source}", hand.depth_source == source, colour))
     out += [(f"QA {code}", result.frame_flags[code], "#c00") for code in result.flags]

@@ -19,25 +19,31 @@ def episode():
     return generate_episode(SynthOptions(num_frames=FRAMES, seed=3, scene=coarse))
 
 
-def _signals(ep, centre=None, tracked=None, segment=None, wrists=None, switch=None) -> EpisodeSignals:
+def _wrists_cam(ep) -> dict[str, np.ndarray]:
+    """Ground-truth wrists in the camera frame (metres) with 2 mm noise; NaN where a hand is out of view."""
+    rng = np.random.default_rng(0)
+    rotation, centre = ep.world_from_cam[:, :3, :3], ep.world_from_cam[:, :3, 3]
+    wrists = {}
+    for h, name in enumerate(("wearer_left", "wearer_right")):
+        w = np.einsum("fji,fj->fi", rotation, ep.hands_world[:, h, 0] - centre)
+        w += rng.normal(0.0, 0.002, w.shape)
+        w[~ep.hand_visible[:, h]] = np.nan
+        wrists[name] = w
+    return wrists
+
+
+def _signals(ep, centre=None, tracked=None, segment=None, wrists=None) -> EpisodeSignals:
     """Ground truth as signals; map scale 0.4 (monocular), tracking noise 0.3 mm, hands noise 2 mm."""
     rng = np.random.default_rng(0)
     n = len(ep.ts_s)
     if centre is None:
         centre = 0.4 * ep.world_from_cam[:, :3, 3] + rng.normal(0.0, 3e-4, (n, 3))
-    if wrists is None:
-        wrists = {}
-        for h, name in enumerate(("wearer_left", "wearer_right")):
-            w = ep.hands_world[:, h, 0] + rng.normal(0.0, 0.002, (n, 3))
-            w[~ep.hand_visible[:, h]] = np.nan
-            wrists[name] = w
     return EpisodeSignals(
         ts_s=ep.ts_s,
         camera_centre=centre,
         tracked=np.ones(n, bool) if tracked is None else tracked,
         segment_id=np.zeros(n, np.int64) if segment is None else segment,
-        wrists_m=wrists,
-        identity_switch=switch,
+        wrists_cam_m=_wrists_cam(ep) if wrists is None else wrists,
     )
 
 
@@ -93,19 +99,57 @@ def test_camera_jitter_is_flagged(episode):
 def test_hand_jitter_is_flagged(episode):
     s = _signals(episode)
     rng = np.random.default_rng(2)
-    shaky = {k: w + rng.normal(0.0, 0.02, w.shape) for k, w in s.wrists_m.items()}  # 2 cm per frame
+    shaky = {k: w + rng.normal(0.0, 0.02, w.shape) for k, w in s.wrists_cam_m.items()}  # 2 cm per frame
     result = evaluate_episode(_signals(episode, wrists=shaky), QAThresholds())
     assert result.flags == ("hand_jitter",), result.reasons
     assert result.metrics["hand_jitter_mps2"] > QAThresholds().max_hand_jitter_mps2
 
 
-def test_identity_switches_low_coverage_and_short_clip_are_flagged(episode):
-    switch = np.zeros(FRAMES, np.int64)
-    switch[[20, 60]] = 1
-    assert evaluate_episode(_signals(episode, switch=switch), QAThresholds()).flags == ("identity_switches",)
-    assert evaluate_episode(_signals(episode, switch=switch), QAThresholds(max_identity_switches=2)).passed
+def _both_in_view(ep) -> np.ndarray:
+    return np.flatnonzero(ep.hand_visible.all(axis=1))
+
+
+def test_a_left_right_swap_is_two_switches_at_that_frame(episode):
+    at = _both_in_view(episode)[len(_both_in_view(episode)) // 2]
+    wrists = _wrists_cam(episode)
+    left, right = wrists["wearer_left"].copy(), wrists["wearer_right"].copy()
+    wrists["wearer_left"][at:], wrists["wearer_right"][at:] = right[at:], left[at:]  # labels swapped
+    result = evaluate_episode(_signals(episode, wrists=wrists), QAThresholds())
+    assert result.flags == ("identity_switches",), result.reasons
+    assert result.metrics["identity_switches"] == 2
+    assert np.flatnonzero(result.frame_flags["identity_switches"]).tolist() == [at]
+    assert evaluate_episode(_signals(episode, wrists=wrists), QAThresholds(max_identity_switches=2)).passed
+
+
+def test_a_hand_relabelled_while_in_view_is_one_switch(episode):
+    wrists = _wrists_cam(episode)
+    seen = np.flatnonzero(np.isfinite(wrists["wearer_right"]).all(axis=1))
+    at = seen[len(seen) // 2]
+    other = np.full_like(wrists["wearer_right"], np.nan)
+    other[at:] = wrists["wearer_right"][at:]
+    wrists["wearer_right"][at:] = np.nan  # from `at` on the right hand is taken for someone else's
+    result = evaluate_episode(_signals(episode, wrists={**wrists, "other_0": other}), QAThresholds())
+    assert result.flags == ("identity_switches",), result.reasons
+    assert np.flatnonzero(result.frame_flags["identity_switches"]).tolist() == [at]
+
+
+def test_a_hand_that_leaves_the_view_and_returns_is_no_switch(episode):
+    """What fusion reports as a new track (the demo's "7 switches in 90 frames") is not a switch."""
+    wrists = _wrists_cam(episode)
+    seen = np.flatnonzero(np.isfinite(wrists["wearer_left"]).all(axis=1))
+    gone = seen[len(seen) // 3 : len(seen) // 3 + 20]  # out of view for 20 frames (0.67 s), then back
+    wrists["wearer_left"][gone] = np.nan
+    result = evaluate_episode(_signals(episode, wrists=wrists), QAThresholds())
+    assert "identity_switches" not in result.flags and result.metrics["identity_switches"] == 0
+    assert result.passed, result.reasons
+
+
+def test_low_coverage_and_short_clip_are_flagged(episode):
     no_hands = evaluate_episode(_signals(episode, wrists={}), QAThresholds())
     assert no_hands.flags == ("low_hand_coverage",) and no_hands.metrics["hand_coverage"] == 0.0
+    only_others = evaluate_episode(_signals(episode, wrists={"other_0": _wrists_cam(episode)["wearer_left"]}),
+                                   QAThresholds())  # fmt: skip
+    assert only_others.flags == ("low_hand_coverage",)
     short = evaluate_episode(_signals(episode), QAThresholds(min_duration_s=4.0))
     assert short.flags == ("too_short",) and short.metrics["duration_s"] == pytest.approx(3.0)
 
@@ -115,3 +159,5 @@ def test_signals_of_the_wrong_shape_are_refused(episode):
         EpisodeSignals(episode.ts_s, np.zeros((3, 3)), np.ones(FRAMES, bool), np.zeros(FRAMES, np.int64))
     with pytest.raises(ValueError, match="max_scale_ratio"):
         QAThresholds(max_scale_ratio=1.0)
+    with pytest.raises(ValueError, match="switch_gate_m"):
+        QAThresholds(switch_gate_m=0.0)

@@ -145,3 +145,18 @@ class TestStats:
     def test_dimension_valid_nowhere_is_zero(self):
         stats, weights = feature_stats(np.ones((4, 2)), np.array([[True, False]] * 4))
         assert weights.tolist() == [4, 0] and stats["mean"].tolist() == [1.0, 0.0]
+
+    @pytest.mark.parametrize("shape", [(1, 5, 7, 3), (4, 300, 200, 3)])
+    def test_image_stats_from_histograms_equal_the_pixel_statistics(self, shape):
+        from pose_core.training.stats import image_stats
+
+        frames = np.random.default_rng(2).integers(0, 256, shape, dtype=np.uint8)
+        frames[..., 1] //= 3  # channels with different ranges
+        stats, weights = image_stats(frames)
+        step = max(1, max(shape[1:3]) // 150)
+        pixels = frames[:, ::step, ::step].reshape(-1, 3).astype(np.float64) / 255.0
+        expected, _ = feature_stats(pixels)  # np.quantile & co. on every sampled pixel
+        for key in ("min", "max", "mean", "std", "q01", "q10", "q50", "q90", "q99"):
+            np.testing.assert_allclose(stats[key].ravel(), expected[key], atol=1e-12, err_msg=key)
+        assert stats["mean"].shape == (3, 1, 1) and stats["count"].tolist() == [shape[0]]
+        assert weights.shape == (3, 1, 1) and (weights == shape[0]).all()
