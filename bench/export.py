@@ -23,6 +23,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -261,6 +262,7 @@ def _lerobot(dataset: str, work: str, mode: str) -> dict:
             for e in manifest["episodes"]
         ],
     }
+    shutil.rmtree(job["root"], ignore_errors=True)  # LeRobotDataset.create wants a new folder
     job_path = os.path.join(work, f"lerobot_{mode}.json")
     with open(job_path, "w", encoding="utf-8") as fh:
         json.dump(job, fh)
@@ -345,6 +347,7 @@ def main() -> None:
     clips = sorted((sample_dir / "videos").glob("synth_*.mp4"))[: args.videos]
     samples = [clips[i % len(clips)] for i in range(args.episodes)]
     out = os.path.join(work, "out")
+    shutil.rmtree(out, ignore_errors=True)  # an earlier run's datasets would make "nothing changed"
     meta = {**provenance("bench.export"), "load average (1 min) before": f"{os.getloadavg()[0]:.1f}"}
     rows: dict[str, dict] = {}
     for cores in (int(c) for c in args.cores.split(",")):
