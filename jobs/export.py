@@ -44,7 +44,7 @@ from jobs.stage import EpisodeOutcome, StageContext, latest_runs, now
 from jobs.tables import Lineage, exists, read
 from pose_core.training import HAND_IDENTITIES
 from schemas.base import spark_schema
-from schemas.tables import CAMERA_POSES, FRAMES, HANDS_WORLD, QA, ROBOT_ACTIONS, VIDEOS
+from schemas.tables import CAMERA_POSES, CAMERAS, FRAMES, HANDS_WORLD, QA, ROBOT_ACTIONS, VIDEOS
 from udfs.guard import ERROR_KIND, guarded_schema
 from udfs.lerobot import ExportOptions, dataset_spec
 from udfs.lerobot.dataset import finish_dataset, plan_episodes, write_card
@@ -67,7 +67,8 @@ hold, `source_frame_idx`), never interpolated. A missing hand or camera pose is 
 says where it is defined. Statistics (`meta/stats.json`) of masked features count valid frames only.
 Camera translation is metric when the episode's `scale_source` is not `none` (metres_per_unit applied);
 otherwise it is in the map's arbitrary units. Video: {codec}, {width}x{height}, letterboxed, faces
-blurred: {blur}."""
+blurred: {blur}. `observation.images.ego_overlay`, where present, is the same video with each frame's
+hand keypoints projected through the camera the hands were fitted with: evidence, not a model input."""
 
 
 @dataclass
@@ -108,10 +109,10 @@ def _candidates(ctx: StageContext) -> tuple[pd.DataFrame, dict[str, str]]:
 
 
 def _summaries(ctx: StageContext, episodes: list[str], opts: ExportOptions) -> pd.DataFrame:
-    """One row per episode: times, frame and hand counts, source video, scale, QA verdict.
+    """One row per episode: times, frame and hand counts, source video, scale, camera, QA verdict.
 
-    One Spark job over frames, hands_world, videos and qa (when it exists; `qa_passed` null without
-    a verdict).
+    One Spark job over frames, hands_world, videos, cameras and qa (when they exist; `qa_passed` null
+    without a verdict, `camera_json` null without a cameras row).
     """
     spark, layout, scope = ctx.spark, ctx.layout, F.col("episode_id").isin(episodes)
     times = (
@@ -137,6 +138,10 @@ def _summaries(ctx: StageContext, episodes: list[str], opts: ExportOptions) -> p
         .select("episode_id", "source_path", "decoder", "task_text", "content_sha256")
     )
     out = times.join(videos, "episode_id").join(hand_rows, "episode_id", "left")
+    if exists(layout, CAMERAS):
+        cameras = read(spark, layout, CAMERAS).where(scope)
+        camera = F.to_json(F.struct(*[c for c in CAMERAS.columns if c != "episode_id"]))
+        out = out.join(cameras.select("episode_id", camera.alias("camera_json")), "episode_id", "left")
     if exists(layout, QA):
         verdicts = read(spark, layout, QA).where(scope)
         out = out.join(
@@ -149,6 +154,8 @@ def _summaries(ctx: StageContext, episodes: list[str], opts: ExportOptions) -> p
     out = out.toPandas()
     if "qa_passed" not in out:
         out["qa_passed"], out["qa_reasons"] = None, None
+    if "camera_json" not in out:
+        out["camera_json"] = None
     if "metres_per_unit" not in out:
         out["metres_per_unit"] = 1.0
     out["metres_per_unit"] = out["metres_per_unit"].fillna(1.0)

@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from tests.udfs.lerobot_load import load_with_lerobot
 
@@ -26,7 +27,13 @@ def sample(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sample")
     write_sample(folder, SampleOptions(frames=SOURCE_FRAMES, seed=0))
     gt = folder / "ground_truth" / "synth_000"
-    arrays = {n: np.load(gt / f"{n}.npy") for n in ("ts_s", "world_from_cam", "hands_world", "hand_visible")}
+    names = ("ts_s", "world_from_cam", "hands_world", "hands_px", "hand_visible")
+    arrays = {n: np.load(gt / f"{n}.npy") for n in names}
+    intrinsics = yaml.safe_load((gt / "intrinsics.yaml").read_text(encoding="utf-8"))
+    camera = {k: intrinsics[k] for k in ("width", "height", "fx", "fy", "cx", "cy")}
+    arrays["camera_json"] = json.dumps(
+        {**camera, "model": "pinhole", "dist": [], "intrinsics_source": "sidecar"}
+    )
     return folder / "videos" / "synth_000.mp4", arrays
 
 
@@ -68,7 +75,9 @@ def exported(sample, tmp_path_factory):
     from udfs.lerobot.dataset import finish_dataset, plan_episodes
 
     video, gt = sample
-    opts = ExportOptions(tensors=TensorOptions(fps=FPS), privacy=FaceBlurOptions(enabled=False))
+    opts = ExportOptions(
+        tensors=TensorOptions(fps=FPS), privacy=FaceBlurOptions(enabled=False), overlay_video=True
+    )
     episodes = {"a": np.arange(SOURCE_FRAMES), "b": SUBSET}
     tables = {e: _tables(e, f, gt) for e, f in episodes.items()}
     plan, tasks = plan_episodes(
@@ -95,6 +104,7 @@ def exported(sample, tmp_path_factory):
             source_path=str(video),
             decoder="pyav",
             metres_per_unit=1.0,
+            camera_json=gt["camera_json"],
             staging_root=str(root),
         )
         metas.append(export_episode(posed, hands, opts))
@@ -180,6 +190,39 @@ def test_video_frames_show_the_source_frames(exported, sample):
             - cv2.resize(source[arrays["value/source_frame_idx"][rows, 0][1]], (320, 240)) / 255
         ).mean()
     )
+
+
+def test_overlay_draws_the_exported_hands_where_the_camera_sees_them(exported, sample):
+    """Overlay minus ego video: changed pixels lie on the true hand skeletons, and each seen hand is drawn."""
+    import cv2
+
+    from udfs.media.overlay import HAND_BONES
+
+    _, gt = sample
+    _, _, meta, arrays, _ = exported
+    assert "observation.images.ego_overlay" in meta["features"]
+    ego, overlay = arrays["image/observation.images.ego"], arrays["image/observation.images.ego_overlay"]
+    assert overlay.shape == ego.shape
+    changed = np.abs(overlay - ego).max(axis=1) > 0.25  # (n, 240, 320): drawn, not codec noise
+    px = (gt["hands_px"] + 0.5) * 0.5 - 0.5  # 640x480 ground truth -> 320x240 dataset frames
+    on_skeleton = drawn_hands = 0
+    for k, f in enumerate(arrays["value/source_frame_idx"][:, 0]):
+        near = np.zeros((240, 320), np.uint8)
+        for slot in np.flatnonzero(gt["hand_visible"][f]):
+            pts = np.round(px[f, slot]).astype(int)
+            for a, b in HAND_BONES:
+                cv2.line(near, tuple(pts[a]), tuple(pts[b]), 1, 9)
+            wrist = np.round(px[f, slot, 0]).astype(int)
+            if 0 <= wrist[0] < 320 and 0 <= wrist[1] < 240:
+                drawn_hands += 1
+                assert changed[
+                    k, max(0, wrist[1] - 3) : wrist[1] + 4, max(0, wrist[0] - 3) : wrist[0] + 4
+                ].any()
+        on_skeleton += int((changed[k] & (near > 0)).sum())
+        if not gt["hand_visible"][f].any():
+            assert not changed[k].any(), f"dataset frame {k}: drawn without a hand"
+    assert drawn_hands > 20
+    assert on_skeleton >= 0.97 * changed.sum()
 
 
 def test_stats_match_the_loaded_data(exported):

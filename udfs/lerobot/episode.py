@@ -15,7 +15,8 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import cv2
@@ -24,8 +25,9 @@ import pandas as pd
 import pyarrow as pa
 
 from pose_core.errors import EgolakeError
+from pose_core.geometry.camera import Camera
 from pose_core.geometry.rigid3 import matrix_from_quat_wxyz
-from pose_core.privacy.faces import FaceBlurOptions, FaceBlurrer
+from pose_core.privacy.faces import FaceBlurOptions, FaceBlurrer, keypoint_boxes
 from pose_core.training import (
     HAND_IDENTITIES,
     EpisodeTensors,
@@ -37,12 +39,15 @@ from pose_core.training import (
     robot_tensors,
 )
 from pose_core.training.stats import feature_stats, image_stats
+from udfs.camera_tables import camera_from_row
 from udfs.guard import run_unit
 from udfs.lerobot.writer import video_path, write_episode_data
 from udfs.media.decode import DecodeOptions, iter_frames
 from udfs.media.encode import EncodeOptions, VideoWriter
+from udfs.media.overlay import draw_hands, project_world_points
 
 __all__ = [
+    "EGO_OVERLAY_KEY",
     "EGO_VIDEO_KEY",
     "EPISODE_META",
     "PLAN_COLUMNS",
@@ -58,6 +63,8 @@ logger = logging.getLogger(__name__)
 
 #: The egocentric camera's video feature.
 EGO_VIDEO_KEY = "observation.images.ego"
+#: The optional hand-overlay feature: the ego video with the exported hand keypoints drawn on it.
+EGO_OVERLAY_KEY = "observation.images.ego_overlay"
 #: Per-episode constants the driver puts on every frame row: the episode's place in the dataset.
 PLAN_COLUMNS: tuple[str, ...] = (
     "episode_index",
@@ -67,6 +74,7 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "source_path",
     "decoder",
     "metres_per_unit",
+    "camera_json",  # the `cameras` row the hands were fitted with (JSON), for the overlay; null: none
     "staging_root",
 )
 #: What a unit returns per episode.
@@ -102,6 +110,10 @@ class ExportOptions:
     image_height: int = 240
     # Export the egocentric video (observation.images.ego); false writes tensors only.
     video: bool = True
+    # Also export observation.images.ego_overlay: the ego video with the exported hand keypoints
+    # projected into it and drawn (a check that state and image agree; one more encode per episode).
+    # Human-hands dataset only.
+    overlay_video: bool = False
     # Video codec: h264 (libx264) or av1 (libsvtav1).
     codec: Literal["h264", "av1"] = "h264"
     # Encoder quality (constant rate factor; lower = better, larger).
@@ -136,8 +148,10 @@ class ExportOptions:
 
     @property
     def video_keys(self) -> tuple[str, ...]:
-        """The dataset's video features."""
-        return (EGO_VIDEO_KEY,) if self.video else ()
+        """The human-hands dataset's video features."""
+        if not self.video:
+            return ()
+        return (EGO_VIDEO_KEY, EGO_OVERLAY_KEY) if self.overlay_video else (EGO_VIDEO_KEY,)
 
     @property
     def encode(self) -> EncodeOptions:
@@ -188,7 +202,7 @@ def robot_spec(opts: ExportOptions, robot: RobotLayout) -> FeatureSpec:
         robot.joint_names,
         robot.identities,
         (opts.image_height, opts.image_width),
-        opts.video_keys,
+        opts.video_keys[:1],  # the ego video: a robot dataset has no hand keypoints to draw
     )
 
 
@@ -212,27 +226,48 @@ def _stack(column: pd.Series, width: int) -> np.ndarray:
     return out
 
 
-def _source_arrays(frames: pd.DataFrame, hands: pd.DataFrame, use_filled: bool) -> tuple[np.ndarray, ...]:
-    """(frame_idx (F,), ts_s (F,), keypoints (F, 2, 21, 3), world_from_cam (F, 4, 4)); NaN: absent."""
+@dataclass(frozen=True)
+class _SourceFrames:
+    """An episode's source frames as arrays, `F` = its frames in `frame_idx` order; NaN: absent."""
+
+    frame_idx: np.ndarray  # (F,) int64
+    ts_s: np.ndarray  # (F,) seconds
+    keypoints: np.ndarray  # (F, 2, 21, 3) world frame, metres, per wearer hand (HAND_IDENTITIES order)
+    filled: np.ndarray  # (F, 2) bool: the hand was gap-filled there, not seen
+    world_from_cam: np.ndarray  # (F, 4, 4) camera poses, translation in map units
+
+
+def _source_frames(frames: pd.DataFrame, hands: pd.DataFrame, use_filled: bool) -> _SourceFrames:
+    """The episode's hands and camera poses per source frame (gap-filled hands only with `use_filled`)."""
     frames = frames.sort_values("frame_idx").reset_index(drop=True)
     frame_idx = frames["frame_idx"].to_numpy(np.int64)
     row_of = {int(f): i for i, f in enumerate(frame_idx)}
     keypoints = np.full((len(frames), len(HAND_IDENTITIES), 21, 3), np.nan)
+    filled = np.zeros((len(frames), len(HAND_IDENTITIES)), bool)
+    is_filled = hands["filled"].fillna(False).astype(bool)
     if not use_filled:
-        hands = hands[~hands["filled"].fillna(False).astype(bool)]
+        hands, is_filled = hands[~is_filled], is_filled[~is_filled]
     for slot, identity in enumerate(HAND_IDENTITIES):
-        mine = hands[hands["identity"] == identity]
-        rows = [row_of.get(int(f), -1) for f in mine["frame_idx"]]
-        kp = _stack(mine["keypoints_world_m"], 63).reshape(-1, 21, 3)
-        keep = np.array(rows) >= 0
-        keypoints[np.array(rows, np.int64)[keep], slot] = kp[keep]
+        mine = (hands["identity"] == identity).to_numpy()
+        rows = np.array([row_of.get(int(f), -1) for f in hands["frame_idx"][mine]], np.int64)
+        kp = _stack(hands["keypoints_world_m"][mine], 63).reshape(-1, 21, 3)
+        keep = rows >= 0
+        keypoints[rows[keep], slot] = kp[keep]
+        filled[rows[keep], slot] = is_filled.to_numpy()[mine][keep]
     q = _stack(frames["world_from_cam_q_wxyz"], 4)
     world_from_cam = np.full((len(frames), 4, 4), np.nan)
     posed = np.isfinite(q).all(axis=1)
     world_from_cam[posed] = np.eye(4)
     world_from_cam[posed, :3, :3] = matrix_from_quat_wxyz(q[posed])
     world_from_cam[posed, :3, 3] = _stack(frames["world_from_cam_t_m"], 3)[posed]
-    return frame_idx, frames["ts_s"].to_numpy(np.float64), keypoints, world_from_cam
+    return _SourceFrames(frame_idx, frames["ts_s"].to_numpy(np.float64), keypoints, filled, world_from_cam)
+
+
+def _letterbox(w: int, h: int, width: int, height: int) -> tuple[int, int, int, int]:
+    """Where a `w x h` image goes in a `width x height` frame, aspect kept, centred: (w', h', x0, y0)."""
+    scale = min(width / w, height / h)
+    new_w, new_h = max(1, round(w * scale)), max(1, round(h * scale))
+    return new_w, new_h, (width - new_w) // 2, (height - new_h) // 2
 
 
 def fit_to_size(frame: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -240,12 +275,52 @@ def fit_to_size(frame: np.ndarray, width: int, height: int) -> np.ndarray:
     h, w = frame.shape[:2]
     if (w, h) == (width, height):
         return frame
-    scale = min(width / w, height / h)
-    new_w, new_h = max(1, round(w * scale)), max(1, round(h * scale))
+    new_w, new_h, x0, y0 = _letterbox(w, h, width, height)
     out = np.zeros((height, width, 3), np.uint8)
-    x0, y0 = (width - new_w) // 2, (height - new_h) // 2
     out[y0 : y0 + new_h, x0 : x0 + new_w] = cv2.resize(frame, (new_w, new_h), interpolation=cv2.INTER_AREA)
     return out
+
+
+@dataclass(frozen=True)
+class _ExportedHands:
+    """Where the exported hands are in the dataset frames: keypoints projected with the fitting camera.
+
+    The face blur leaves detections on them sharp; the overlay key draws them.
+    """
+
+    source: _SourceFrames
+    metres_per_unit: float
+    camera: Camera  # the intrinsics the hands were fitted with, at their own image size
+
+    def pixels(
+        self, frame_idx: np.ndarray, decoded_wh: tuple[int, int], size_wh: tuple[int, int]
+    ) -> np.ndarray:
+        """The hands' pixels in dataset frames of size `size_wh`.
+
+        Returns:
+            `(n, 2, 21, 2)` pixels of source frames `frame_idx` decoded at `decoded_wh` and letterboxed;
+            NaN where the hand or the pose is missing.
+        """
+        new_w, new_h, x0, y0 = _letterbox(*decoded_wh, *size_wh)
+        fitted = self.camera.scaled(*decoded_wh).scaled(new_w, new_h)
+        camera = replace(fitted, width=size_wh[0], height=size_wh[1], cx=fitted.cx + x0, cy=fitted.cy + y0)
+        rows = np.searchsorted(self.source.frame_idx, frame_idx)
+        n, hands = len(rows), len(HAND_IDENTITIES)
+        return project_world_points(
+            self.source.keypoints[rows].reshape(n, hands * 21, 3),
+            self.source.world_from_cam[rows],
+            camera,
+            self.metres_per_unit,
+        ).reshape(n, hands, 21, 2)
+
+    def draw(self, frames: np.ndarray, frame_idx: np.ndarray, px: np.ndarray) -> np.ndarray:
+        """`frames` `(n, H, W, 3)` with the hands at `px` (`pixels`) drawn, gap-filled ones thin."""
+        rows = np.searchsorted(self.source.frame_idx, frame_idx)
+        return draw_hands(
+            frames,
+            {identity: px[:, slot] for slot, identity in enumerate(HAND_IDENTITIES)},
+            {identity: self.source.filled[rows, slot] for slot, identity in enumerate(HAND_IDENTITIES)},
+        )
 
 
 def _blurrer(opts: FaceBlurOptions) -> FaceBlurrer:
@@ -255,23 +330,31 @@ def _blurrer(opts: FaceBlurOptions) -> FaceBlurrer:
     return _BLURRERS[opts]
 
 
-def _write_video(  # noqa: PLR0913 - the episode's source, the frames to take, and where to write
-    root: str,
-    key: str,
-    episode_index: int,
-    source: str,
-    decoder: str,
+def _write_videos(
+    plan: pd.Series,
+    keys: tuple[str, ...],
     source_frames: np.ndarray,
     opts: ExportOptions,
-    fps: int,
-) -> tuple[dict, tuple[dict, np.ndarray], int]:
-    """Encode dataset frame k = source frame `source_frames[k]` (nondecreasing) at k / fps.
+    hands: _ExportedHands | None,
+) -> tuple[dict[str, tuple[dict, tuple[dict, np.ndarray]]], int]:
+    """Encode every video key of the episode from one decode of its source.
+
+    Dataset frame k is source frame `source_frames[k]` (nondecreasing) at k / fps: the ego video with
+    faces blurred (detections on `hands` left sharp) and, for the overlay key, the same frame with
+    `hands` drawn on it.
+
+    Args:
+        plan: the episode's `PLAN_COLUMNS`.
+        keys: the dataset's video features.
+        source_frames: `(K,)` source frame of each dataset frame.
+        opts: export settings.
+        hands: the exported hands, to draw and to keep sharp; None: no camera to project them with.
 
     Returns:
-        (LeRobot video info, image statistics of the written frames, faces blurred).
+        ({key: (LeRobot video info, image statistics of the written frames)}, faces blurred).
     """
-    path = os.path.join(root, video_path(key, episode_index))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    root, episode_index, fps = str(plan["staging_root"]), int(plan["episode_index"]), opts.tensors.fps
+    source, decoder = str(plan["source_path"]), str(plan["decoder"])
     decode = DecodeOptions(
         backend="pyav" if decoder == "pyav" else "auto",
         max_long_side_px=max(opts.image_width, opts.image_height),
@@ -279,9 +362,14 @@ def _write_video(  # noqa: PLR0913 - the episode's source, the frames to take, a
     blurrer = _blurrer(opts.privacy)
     start, stop = int(source_frames[0]), int(source_frames[-1]) + 1
     sample_every = max(1, len(source_frames) // 100)  # statistics from ~100 frames, as LeRobot samples
-    sampled: list[np.ndarray] = []
+    sampled: dict[str, list[np.ndarray]] = {key: [] for key in keys}
     faces, k = 0, 0
-    with VideoWriter(path, fps, opts.encode) as writer:
+    with ExitStack() as stack:
+        writers = {}
+        for key in keys:
+            path = os.path.join(root, video_path(key, episode_index))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            writers[key] = stack.enter_context(VideoWriter(path, fps, opts.encode))
         for chunk in iter_frames(source, start, stop, decode, chunk_frames=_DECODE_CHUNK):
             wanted = np.isin(chunk.frame_idx, source_frames)
             if not wanted.any():
@@ -289,19 +377,30 @@ def _write_video(  # noqa: PLR0913 - the episode's source, the frames to take, a
             fitted = np.stack(
                 [fit_to_size(f, opts.image_width, opts.image_height) for f in chunk.frames[wanted]]
             )
-            blurred, counts = blurrer.blur(fitted)
+            at = chunk.frame_idx[wanted]
+            px = None
+            if hands is not None:
+                decoded_wh = (chunk.frames.shape[2], chunk.frames.shape[1])
+                px = hands.pixels(at, decoded_wh, (opts.image_width, opts.image_height))
+            blurred, counts = blurrer.blur(fitted, None if px is None else keypoint_boxes(px))
             faces += int(counts.sum())
-            for idx, frame in zip(chunk.frame_idx[wanted], blurred, strict=True):
+            views = {EGO_VIDEO_KEY: blurred}
+            if EGO_OVERLAY_KEY in keys:
+                if hands is None or px is None:
+                    raise EgolakeError("the overlay video needs the episode's camera (no cameras row)")
+                views[EGO_OVERLAY_KEY] = hands.draw(blurred, at, px)
+            for j, idx in enumerate(at):
                 while k < len(source_frames) and source_frames[k] == idx:
-                    writer.write(frame)
-                    if k % sample_every == 0:
-                        sampled.append(frame)
+                    for key in keys:
+                        writers[key].write(views[key][j])
+                        if k % sample_every == 0:
+                            sampled[key].append(views[key][j])
                     k += 1
     if k != len(source_frames):
         raise EgolakeError(
             f"{source}: decoded {k} of {len(source_frames)} frames for episode {episode_index}"
         )
-    return opts.video_info(fps), image_stats(np.stack(sampled)), faces
+    return {key: (opts.video_info(fps), image_stats(np.stack(sampled[key]))) for key in keys}, faces
 
 
 def _stats_json(stats: dict[str, tuple[dict, np.ndarray]]) -> str:
@@ -313,9 +412,7 @@ def _stats_json(stats: dict[str, tuple[dict, np.ndarray]]) -> str:
     )
 
 
-def _robot_arrays(
-    rows: pd.DataFrame, robot: RobotLayout
-) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+def _robot_arrays(rows: pd.DataFrame, robot: RobotLayout) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """The episode's control steps from its `robot_actions` rows.
 
     Returns:
@@ -339,20 +436,28 @@ def _robot_arrays(
 
 def _tensors(
     frames: pd.DataFrame, rows: pd.DataFrame, opts: ExportOptions, robot: RobotLayout | None
-) -> tuple[EpisodeTensors, FeatureSpec]:
-    """The episode's dataset frames and the dataset's features (human hands, or one robot).
+) -> tuple[EpisodeTensors, FeatureSpec, _ExportedHands | None]:
+    """The episode's dataset frames, the dataset's features, and where its hands are in the video.
 
+    The features are the human-hands dataset's, or one robot's (`robot`). The hands are None for a
+    robot, without a camera to project with, or when neither the overlay nor the face blur needs them.
     A robot dataset's frames are `robot_actions`' control steps one to one (`opts.tensors.fps` is the
     embodiment's control rate, so resampling the steps at it takes each step once).
     """
     if robot is None:
-        frame_idx, ts_s, keypoints, world_from_cam = _source_arrays(frames, rows, opts.tensors.use_filled)
-        mpu = float(frames["metres_per_unit"].iat[0])
-        return episode_tensors(frame_idx, ts_s, keypoints, world_from_cam, mpu, opts.tensors), dataset_spec(
-            opts
+        src = _source_frames(frames, rows, opts.tensors.use_filled)
+        plan = frames.iloc[0]
+        mpu = float(plan["metres_per_unit"])
+        tensors = episode_tensors(
+            src.frame_idx, src.ts_s, src.keypoints, src.world_from_cam, mpu, opts.tensors
         )
+        camera = plan.get("camera_json")
+        hands = None
+        if isinstance(camera, str) and opts.video and (opts.overlay_video or opts.privacy.enabled):
+            hands = _ExportedHands(src, mpu, camera_from_row(pd.DataFrame([json.loads(camera)])))
+        return tensors, dataset_spec(opts), hands
     frame_idx, ts_s, arms = _robot_arrays(rows, robot)
-    return robot_tensors(frame_idx, ts_s, arms, opts.tensors), robot_spec(opts, robot)
+    return robot_tensors(frame_idx, ts_s, arms, opts.tensors), robot_spec(opts, robot), None
 
 
 def export_episode(
@@ -374,7 +479,7 @@ def export_episode(
     started, started_cpu = time.perf_counter(), time.process_time()
     plan = frames.iloc[0]
     episode_index, fps = int(plan["episode_index"]), opts.tensors.fps
-    tensors, spec = _tensors(frames, rows, opts, robot)
+    tensors, spec, hands = _tensors(frames, rows, opts, robot)
     length = len(tensors.timestamp)
     if length != int(plan["length"]):
         raise EgolakeError(
@@ -402,18 +507,12 @@ def export_episode(
     }
     stats.update({k: feature_stats(np.asarray(v, np.float64)[:, None]) for k, v in index_values.items()})
     video_info, faces = {}, 0
-    for key in spec.video_keys:
-        info, stats[key], n = _write_video(
-            root,
-            key,
-            episode_index,
-            str(plan["source_path"]),
-            str(plan["decoder"]),
-            arrays["source_frame_idx"][:, 0],
-            opts,
-            fps,
+    if spec.video_keys:
+        videos, faces = _write_videos(
+            plan, tuple(spec.video_keys), arrays["source_frame_idx"][:, 0], opts, hands
         )
-        video_info[key], faces = info, faces + n
+        video_info = {key: info for key, (info, _) in videos.items()}
+        stats.update({key: image for key, (_, image) in videos.items()})
     logger.info(
         "exported episode=%s index=%d frames=%d faces=%d", plan["episode_id"], episode_index, length, faces
     )

@@ -19,9 +19,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pose_core.errors import ShapeError
+from pose_core.geometry.camera import Camera
 from pose_core.synth.hands import FINGER_BONES
 
-__all__ = ["HAND_BONES", "draw_hands", "draw_status", "identity_colour"]
+__all__ = ["HAND_BONES", "draw_hands", "draw_status", "identity_colour", "project_world_points"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,39 @@ def draw_hands(
         for i in np.flatnonzero(np.isfinite(kp).any(axis=(1, 2))):
             _draw_hand(out[i], kp[i], colour, bool(mask[i]))
     return out
+
+
+def project_world_points(
+    points_world: NDArray[np.float64],
+    world_from_cam: NDArray[np.float64],
+    camera: Camera,
+    metres_per_unit: float = 1.0,
+) -> NDArray[np.float64]:
+    """Pixels of world points as each frame's camera sees them (to draw world-frame hands on video).
+
+    Args:
+        points_world: `(F, N, 3)` world frame, metres (`hands_world`); NaN: absent.
+        world_from_cam: `(F, 4, 4)` camera poses, translation in map units; NaN: not posed.
+        camera: intrinsics at the frames' pixel size.
+        metres_per_unit: metres per map unit (the scale `hands_world` applied; 1 when unscaled).
+
+    Returns:
+        `(F, N, 2)` distorted pixels; NaN where the point or pose is missing or behind the camera.
+    """
+    points_world = np.asarray(points_world, np.float64)
+    if (
+        points_world.ndim != 3
+        or points_world.shape[2] != 3
+        or world_from_cam.shape != (len(points_world), 4, 4)
+    ):
+        raise ShapeError(
+            "project_world_points: points, poses",
+            (points_world.shape, world_from_cam.shape),
+            "(F, N, 3), (F, 4, 4)",
+        )
+    offset = points_world - metres_per_unit * world_from_cam[:, None, :3, 3]
+    in_cam = np.einsum("fji,fnj->fni", world_from_cam[:, :3, :3], offset)  # R^T (X - t)
+    return camera.img_from_cam(in_cam.reshape(-1, 3)).reshape(*points_world.shape[:2], 2)
 
 
 def draw_status(

@@ -19,7 +19,6 @@ from numpy.typing import NDArray
 
 from pose_core.errors import EgolakeError
 from pose_core.geometry.camera import Camera
-from pose_core.geometry.rigid3 import invert_rigid_matrices
 from pose_core.qa import QAResult, evaluate_episode
 from schemas.tables import (
     ACTIONS,
@@ -35,7 +34,7 @@ from schemas.tables import (
 from udfs.camera_tables import camera_from_row
 from udfs.media.decode import DecodeOptions, iter_frames
 from udfs.media.encode import VideoWriter
-from udfs.media.overlay import draw_hands, draw_status
+from udfs.media.overlay import draw_hands, draw_status, project_world_points
 from udfs.multi_output import split_tables
 from udfs.qa_report.episode import WEARER, EpisodeView, episode_signals, episode_view
 from udfs.qa_report.options import QAOptions
@@ -81,7 +80,6 @@ def _hand_pixels(
     """Per identity `(F, 21, 2)` pixels in the decoded size: observed from `hands_cam`, filled projected."""
     n = len(view.frames)
     slots = {(int(r.frame_idx), int(r.hand_slot)): r for r in hands_cam.itertuples()}
-    cam_from_world = invert_rigid_matrices(np.nan_to_num(view.world_from_cam)) if n else view.world_from_cam
     camera = camera.scaled(*size_wh) if camera is not None else None
     out = {}
     for identity, hand in view.hands.items():
@@ -92,8 +90,9 @@ def _hand_pixels(
                 scale = np.array([size_wh[0] / row.image_width, size_wh[1] / row.image_height])
                 px[i] = np.asarray(row.keypoints_px, np.float64).reshape(21, 2) * scale
             elif camera is not None and np.isfinite(view.world_from_cam[i]).all():
-                x = hand.keypoints_world[i] @ cam_from_world[i, :3, :3].T + cam_from_world[i, :3, 3]
-                px[i] = camera.img_from_cam(x)
+                px[i] = project_world_points(
+                    hand.keypoints_world[i][None], view.world_from_cam[i][None], camera
+                )[0]
         out[identity] = px
     return out
 
