@@ -323,3 +323,78 @@ def test_robot_dataset_without_video_loads_with_joint_positions(sample, tmp_path
     np.testing.assert_allclose(state[right, 3:6], joints[right, 1], atol=1e-6)
     np.testing.assert_allclose(state[right, 6], 0.01 * frames[right], atol=1e-6)
     assert not state[~left, :3].any() and not state[~right, 3:].any()
+
+
+def _face_photos_video(path: str) -> int:
+    """A 640x480 video of real photos with faces (scikit-image's astronaut and cameraman, the shared
+    photos of people holding things), 2 frames each, letterboxed; returns its frame count."""
+    skimage_data = pytest.importorskip("skimage.data")
+    import cv2
+
+    from tests.data_paths import SHARED_DATA
+    from udfs.lerobot.episode import fit_to_size
+    from udfs.media.encode import EncodeOptions, write_video
+
+    photos = [skimage_data.astronaut(), np.repeat(skimage_data.camera()[..., None], 3, axis=2)]
+    for name in ("test1.jpg", "test3.jpg", "test5.jpg"):
+        if (SHARED_DATA / "hands_hamer_images" / name).is_file():
+            photos.append(cv2.imread(str(SHARED_DATA / "hands_hamer_images" / name))[:, :, ::-1])
+    frames = [fit_to_size(np.ascontiguousarray(p), 640, 480) for p in photos for _ in range(2)]
+    write_video(path, np.stack(frames), 30, EncodeOptions(crf=16))
+    return len(frames)
+
+
+def test_faces_in_real_photos_are_blurred_in_the_exported_video(tmp_path):
+    """The exported video run through the face detector again: no face where the unblurred export had one."""
+    from pose_core.privacy.faces import FaceBlurOptions, FaceBlurrer
+    from pose_core.training import TensorOptions
+    from udfs.lerobot import ExportOptions, export_episode
+    from udfs.lerobot.writer import video_path
+    from udfs.media.decode import decode_frames
+
+    try:
+        detector = FaceBlurrer(FaceBlurOptions())
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    video = str(tmp_path / "faces.mp4")
+    n = _face_photos_video(video)
+    posed = pd.DataFrame(
+        {
+            "episode_id": "f",
+            "frame_idx": np.arange(n),
+            "ts_s": np.arange(n) / 30,
+            "world_from_cam_q_wxyz": [[1.0, 0.0, 0.0, 0.0]] * n,
+            "world_from_cam_t_m": [[0.0, 0.0, 0.0]] * n,
+            "episode_index": 0,
+            "task_index": 0,
+            "length": n,
+            "dataset_from_index": 0,
+            "source_path": video,
+            "decoder": "pyav",
+            "metres_per_unit": 1.0,
+            "camera_json": None,
+        }
+    )
+    hands = pd.DataFrame(columns=["episode_id", "frame_idx", "identity", "filled", "keypoints_world_m"])
+    exported = {}
+    for blur in (False, True):
+        opts = ExportOptions(
+            image_width=640,
+            image_height=480,
+            tensors=TensorOptions(fps=30),
+            privacy=FaceBlurOptions(enabled=blur),
+        )
+        root = tmp_path / f"blur_{blur}"
+        meta = export_episode(posed.assign(staging_root=str(root)), hands, opts)
+        exported[blur] = (meta, decode_frames(str(root / video_path("observation.images.ego", 0))).frames)
+    assert len(exported[True][1]) == n
+    assert exported[True][0]["faces_blurred"].iat[0] >= n  # at least one face per frame
+    found = 0
+    for sharp, blurred in zip(exported[False][1], exported[True][1], strict=True):
+        faces, _ = detector.detect(sharp)
+        after, _ = detector.detect(blurred)
+        found += len(faces)
+        centres = (after[:, None, :2] + after[:, None, 2:]) / 2
+        inside = ((centres >= faces[None, :, :2]) & (centres <= faces[None, :, 2:])).all(axis=2)
+        assert not inside.any(), "a face of the unblurred export is still found in the exported video"
+    assert found >= n
