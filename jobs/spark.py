@@ -39,10 +39,20 @@ class SparkOptions:
     # auto: load Delta from the set-up jar cache ($EGOLAKE_HOME/jars) unless the session has Delta;
     # none: never (the cluster provides Delta).
     delta_jars: Literal["auto", "none"] = "auto"
+    # Partitions in which an embedded session's Delta rebuilds a table's state (log replay). Delta's
+    # default, 50, suits long logs on a cluster; egolake's tables have short logs, and on local[N] 50
+    # tasks per table read cost more than they parallelise. Sessions egolake did not start keep theirs.
+    delta_snapshot_partitions: int = 2
     # Spark's own log level; egolake's logs are configured separately (jobs.logs).
     log_level: str = "ERROR"
     # Any other Spark settings, e.g. {"spark.executor.memory": "8g"}.
     extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.delta_snapshot_partitions < 1:
+            raise ValueError(
+                f"spark.delta_snapshot_partitions must be >= 1, got {self.delta_snapshot_partitions}"
+            )
 
 
 def egolake_home() -> str:
@@ -84,6 +94,7 @@ def build_spark(opts: SparkOptions) -> SparkSession:
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.databricks.delta.snapshotPartitions", str(opts.delta_snapshot_partitions))
     )
     if opts.delta_jars == "auto":
         builder = builder.config("spark.jars", ",".join(delta_jars()))
