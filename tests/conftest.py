@@ -1,4 +1,5 @@
-"""Shared fixtures: one local Spark session for the whole test run, temp output folders."""
+"""Shared fixtures: one local Spark session for the whole test run, the ingest corpus and one pipeline run
+over it, temp output folders."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ def shared_data() -> Path:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    """A small embedded Spark with Delta (local[2], UI off, few shuffle partitions)."""
+    """A small embedded Spark with Delta (local[2], UI off, few shuffle partitions, Delta's log replay in
+    `SparkOptions.delta_snapshot_partitions` = 2 partitions instead of 50: each read and write of the tests'
+    tiny tables is several times cheaper)."""
     pytest.importorskip("pyspark")
     if shutil.which("java") is None:
         pytest.skip("no Java: Spark tests need a JDK (make setup)")
@@ -42,3 +45,19 @@ def corpus(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
     root = tmp_path_factory.mktemp("corpus")
     return root, make_corpus(root)
+
+
+@pytest.fixture(scope="session")
+def corpus_run(spark, corpus, tmp_path_factory) -> tuple[str, object, object]:
+    """The corpus through ingest and priors, uninterrupted (`batch_episodes=8`): (output, config, summary).
+
+    Read-only: the framework tests share it as their first run and reference; a test that re-runs stages
+    works on a copy (`shutil.copytree`; Delta tables hold relative paths).
+    """
+    from jobs.config import load_config
+    from jobs.pipeline import run_pipeline
+
+    root, _ = corpus
+    out = str(tmp_path_factory.mktemp("corpus_run"))
+    cfg = load_config([], ["batch_episodes=8"])
+    return out, cfg, run_pipeline(spark, cfg, str(root), out, until_stage="priors")

@@ -1,6 +1,9 @@
-"""Reading an output's tables in tests, and comparing two outputs without their lineage columns."""
+"""Reading an output's tables in tests, comparing two outputs without their lineage columns, and copying
+an episode's upstream rows under another id (a second episode without a second pipeline run)."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -24,3 +27,28 @@ def content(spark, out: str, name: str) -> pd.DataFrame:
     schema = schema_of(name)
     df = table(spark, out, name).drop(columns=_LINEAGE)
     return df.sort_values(list(schema.key)).reset_index(drop=True)
+
+
+def copy_episode(
+    spark, out: str, episode: str, copy_id: str, hands_world: Mapping[str, object] | None = None
+) -> None:
+    """Write `episode`'s rows of videos, frames, camera_poses and hands_world, and its `runs` rows, again
+    under `copy_id` (same video, same lineage), so export and retarget see a second finished episode.
+
+    `hands_world` overrides columns of the copied hands_world rows (e.g. no metric scale).
+    """
+    from pyspark.sql import functions as F
+
+    from jobs.tables import Layout, Lineage, append, write
+    from schemas.tables import CAMERA_POSES, FRAMES, HANDS_WORLD, RUNS, VIDEOS
+
+    layout = Layout(out)
+    for schema in (VIDEOS, FRAMES, CAMERA_POSES, HANDS_WORLD):
+        rows = table(spark, out, schema.name)
+        rows = rows[rows["episode_id"] == episode].assign(episode_id=copy_id)
+        if schema is HANDS_WORLD and hands_world:
+            rows = rows.assign(**hands_world)
+        lineage = Lineage(rows["run_id"].iat[0], rows["stage_version"].iat[0], rows["config_hash"].iat[0])
+        write(spark.createDataFrame(rows[schema.columns], schema.spark), layout, schema, [copy_id], lineage)
+    runs = spark.read.format("delta").load(layout.table("runs")).where(F.col("episode_id") == episode)
+    append(runs.withColumn("episode_id", F.lit(copy_id)), layout, RUNS)

@@ -12,34 +12,13 @@ import os
 import numpy as np
 import pytest
 
+from tests.jobs.tables_util import copy_episode
 from tests.jobs.tables_util import table as _table
 from tests.udfs.lerobot_load import load_with_lerobot
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 COPY_ID = "c0ffee0000000000"
-
-
-def _copy_episode(spark, out: str, episode: str) -> None:
-    """Second episode: the first one's upstream rows and runs under another id (same video)."""
-    from pyspark.sql import functions as F
-
-    from jobs.tables import Layout, Lineage, append, write
-    from schemas.tables import CAMERA_POSES, FRAMES, HANDS_WORLD, RUNS, VIDEOS
-
-    layout = Layout(out)
-    for schema in (VIDEOS, FRAMES, CAMERA_POSES, HANDS_WORLD):
-        rows = _table(spark, out, schema.name)
-        rows = rows[rows["episode_id"] == episode].assign(episode_id=COPY_ID)
-        write(
-            spark.createDataFrame(rows[schema.columns], schema.spark),
-            layout,
-            schema,
-            [COPY_ID],
-            Lineage(rows["run_id"].iat[0], rows["stage_version"].iat[0], rows["config_hash"].iat[0]),
-        )
-    runs = spark.read.format("delta").load(layout.table("runs")).where(F.col("episode_id") == episode)
-    append(runs.withColumn("episode_id", F.lit(COPY_ID)), layout, RUNS)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +39,7 @@ def pipeline_run(spark, demo_run):
     from jobs.pipeline import run_pipeline
 
     out, cfg, _ = demo_run
-    _copy_episode(spark, out, _table(spark, out, "videos")["episode_id"].iat[0])
+    copy_episode(spark, out, _table(spark, out, "videos")["episode_id"].iat[0], COPY_ID)
     summary = run_pipeline(spark, cfg, None, out, stages=["export"])
     return out, cfg, summary
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.jobs.tables_util import copy_episode
 from tests.jobs.tables_util import table as _table
 from tests.udfs.lerobot_load import load_with_lerobot
 
@@ -28,25 +29,6 @@ SEED = 1  # its wearer_left hand is identified by fusion in ~40 % of the frames 
 UPSTREAM = ["ingest", "priors", "hands", "tracking", "ba", "completion"]
 NO_SCALE = "5ca1e00000000000"
 DATASET = "hands-so101"
-
-
-def _copy_without_scale(spark, out: str, episode: str) -> None:
-    """A second episode: the first one's rows under another id, its hands_world without a metric scale."""
-    from pyspark.sql import functions as F
-
-    from jobs.tables import Layout, Lineage, append, write
-    from schemas.tables import CAMERA_POSES, FRAMES, HANDS_WORLD, RUNS, VIDEOS
-
-    layout = Layout(out)
-    for schema in (VIDEOS, FRAMES, CAMERA_POSES, HANDS_WORLD):
-        rows = _table(spark, out, schema.name)
-        rows = rows[rows["episode_id"] == episode].assign(episode_id=NO_SCALE)
-        if schema is HANDS_WORLD:
-            rows = rows.assign(scale_source="none", metres_per_unit=None)
-        lineage = Lineage(rows["run_id"].iat[0], rows["stage_version"].iat[0], rows["config_hash"].iat[0])
-        write(spark.createDataFrame(rows[schema.columns], schema.spark), layout, schema, [NO_SCALE], lineage)
-    runs = spark.read.format("delta").load(layout.table("runs")).where(F.col("episode_id") == episode)
-    append(runs.withColumn("episode_id", F.lit(NO_SCALE)), layout, RUNS)
 
 
 def _user_scale(spark, out: str, paths: dict[str, str]) -> float:
@@ -85,7 +67,8 @@ def robot_run(spark, shared_data, tmp_path_factory):
     scale = _user_scale(spark, out, paths)
     cfg = load_config([], [*settings, f"fusion.user_metres_per_unit={scale}"])
     run_pipeline(spark, cfg, None, out, stages=["fusion"])
-    _copy_without_scale(spark, out, _table(spark, out, "videos")["episode_id"].iat[0])
+    episode = _table(spark, out, "videos")["episode_id"].iat[0]
+    copy_episode(spark, out, episode, NO_SCALE, hands_world={"scale_source": "none", "metres_per_unit": None})
     summary = run_pipeline(spark, cfg, None, out, stages=["retarget", "export"])
     return out, cfg, summary, profiles
 

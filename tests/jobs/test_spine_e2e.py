@@ -1,11 +1,14 @@
 """The Spine end to end on local Spark + Delta: a corpus of good, bad and awkward inputs.
 
-One pipeline run over the corpus is shared by the tests of this module (module-scoped fixture).
-The runs stop after `priors`: these tests are about the framework and the stages that every later
-stage builds on; later stages have their own stage tests.
+The tests of this module share a copy of the session's pipeline run over the corpus (`corpus_run` in
+tests/conftest.py, also test_resume_after_kill's reference). The runs stop after `priors`: these tests
+are about the framework and the stages that every later stage builds on; later stages have their own
+stage tests.
 """
 
 from __future__ import annotations
+
+import shutil
 
 import pytest
 
@@ -18,14 +21,11 @@ UNTIL = "priors"
 
 
 @pytest.fixture(scope="module")
-def first_run(spark, corpus, tmp_path_factory):
-    from jobs.config import load_config
-    from jobs.pipeline import run_pipeline
-
-    root, _ = corpus
-    out = str(tmp_path_factory.mktemp("out"))
-    cfg = load_config([], ["batch_episodes=8"])
-    summary = run_pipeline(spark, cfg, str(root), out, until_stage=UNTIL)
+def first_run(corpus_run, tmp_path_factory):
+    """A copy of the session's corpus run (ingest..priors, `batch_episodes=8`): these tests re-run stages."""
+    src, cfg, summary = corpus_run
+    out = str(tmp_path_factory.mktemp("spine") / "out")
+    shutil.copytree(src, out)
     return out, cfg, summary
 
 
