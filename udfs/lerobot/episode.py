@@ -74,7 +74,7 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "source_path",
     "decoder",
     "metres_per_unit",
-    "camera_json",  # the `cameras` row the hands were fitted with (JSON), for the overlay; null: none
+    "camera_json",  # the `cameras` row the hands were fitted with (JSON), to project them; null: none
     "staging_root",
 )
 #: What a unit returns per episode.
