@@ -115,11 +115,24 @@ def _image_sequence(folder: Path, frames: np.ndarray, ext: str, timestamps: bool
 
 
 def _corrupt_middle(src: Path, dst: Path) -> None:
-    """Copy `src` with 10% of its bytes, from 45% of the file on, replaced by fixed random bytes."""
-    data = bytearray(src.read_bytes())
-    start, length = int(len(data) * 0.45), int(len(data) * 0.10)
-    data[start : start + length] = np.random.default_rng(7).integers(0, 256, length, dtype=np.uint8).tobytes()
-    _write(dst, bytes(data))
+    """Remux `src` with its middle video packets (45-55 %) replaced by fixed random bytes.
+
+    Packets, not file bytes: the container stays readable and the decoder meets invalid data whatever
+    the byte layout (mkv files differ run to run by their random segment ids, so a byte range could
+    land on container headers, which the demuxer skips without a decode error).
+    """
+    rng = np.random.default_rng(7)
+    with av.open(str(src)) as inp, av.open(str(dst), "w") as out:
+        stream = out.add_stream_from_template(inp.streams.video[0])
+        packets = [p for p in inp.demux(inp.streams.video[0]) if p.size]
+        lo, hi = int(0.45 * len(packets)), int(0.55 * len(packets))
+        for i, packet in enumerate(packets):
+            written = packet
+            if lo <= i < hi:
+                written = av.Packet(rng.integers(0, 256, packet.size, dtype=np.uint8).tobytes())
+                written.pts, written.dts, written.time_base = packet.pts, packet.dts, packet.time_base
+            written.stream = stream
+            out.mux(written)
 
 
 def _valid_clips(root: Path, out: dict[str, str]) -> None:
