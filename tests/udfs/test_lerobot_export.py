@@ -398,3 +398,23 @@ def test_faces_in_real_photos_are_blurred_in_the_exported_video(tmp_path):
         inside = ((centres >= faces[None, :, :2]) & (centres <= faces[None, :, 2:])).all(axis=2)
         assert not inside.any(), "a face of the unblurred export is still found in the exported video"
     assert found >= n
+
+
+def test_overlay_without_a_camera_row_fails_before_decoding(sample, tmp_path):
+    from pose_core.errors import EgolakeError
+    from pose_core.privacy.faces import FaceBlurOptions
+    from pose_core.training import TensorOptions
+    from udfs.lerobot import ExportOptions, export_episode
+
+    video, gt = sample
+    posed, hands = _tables("x", np.arange(SOURCE_FRAMES), gt)
+    posed = posed.assign(
+        episode_index=0, task_index=0, length=SOURCE_FRAMES, dataset_from_index=0, source_path=str(video),
+        decoder="pyav", metres_per_unit=1.0, camera_json=None, staging_root=str(tmp_path),
+    )  # fmt: skip
+    opts = ExportOptions(
+        tensors=TensorOptions(fps=30), privacy=FaceBlurOptions(enabled=False), overlay_video=True
+    )
+    with pytest.raises(EgolakeError, match="needs the episode's camera"):
+        export_episode(posed, hands, opts)
+    assert not list(tmp_path.rglob("*.mp4"))

@@ -353,6 +353,8 @@ def _write_videos(
     Returns:
         ({key: (LeRobot video info, image statistics of the written frames)}, faces blurred).
     """
+    if EGO_OVERLAY_KEY in keys and hands is None:
+        raise EgolakeError("the overlay video needs the episode's camera (no cameras row)")
     root, episode_index, fps = str(plan["staging_root"]), int(plan["episode_index"]), opts.tensors.fps
     source, decoder = str(plan["source_path"]), str(plan["decoder"])
     decode = DecodeOptions(
@@ -385,9 +387,7 @@ def _write_videos(
             blurred, counts = blurrer.blur(fitted, None if px is None else keypoint_boxes(px))
             faces += int(counts.sum())
             views = {EGO_VIDEO_KEY: blurred}
-            if EGO_OVERLAY_KEY in keys:
-                if hands is None or px is None:
-                    raise EgolakeError("the overlay video needs the episode's camera (no cameras row)")
+            if EGO_OVERLAY_KEY in keys and hands is not None and px is not None:
                 views[EGO_OVERLAY_KEY] = hands.draw(blurred, at, px)
             for j, idx in enumerate(at):
                 while k < len(source_frames) and source_frames[k] == idx:
