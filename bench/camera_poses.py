@@ -39,6 +39,7 @@ import cv2
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from bench.report import SHARED_DATA
 from jobs.sample import SampleOptions, write_sample
 from pose_core.camera_poses.completion import (
     CompletionOptions,
@@ -58,7 +59,7 @@ __all__ = ["main"]
 
 logger = logging.getLogger(__name__)
 
-DATA = Path(os.environ.get("EGOLAKE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DATA = SHARED_DATA
 KITTI_CAM = Camera(1226, 370, 707.0912, 707.0912, 601.8873, 183.1104)
 EUROC_CAM = Camera(752, 480, 458.654, 457.296, 367.215, 248.375, "radtan",
                    (-0.28340811, 0.07395907, 0.00019359, 1.76187114e-05))

@@ -10,18 +10,16 @@ frames had a hand. Writes `hands.{md,json}` with the command, machine and date.
 from __future__ import annotations
 
 import argparse
-import os
 import time
-from pathlib import Path
 
 import numpy as np
 
-from bench.report import provenance, write_key_values
+from bench.report import SHARED_DATA, provenance, write_key_values
 from conf.models import model_path
 from pose_core.hands import MediaPipeHandEstimator, MediaPipeOptions
 from udfs.media.decode import DecodeOptions, decode_frames
 
-DATA = Path(os.environ.get("EGOLAKE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DATA = SHARED_DATA
 VIDEO = DATA / "hands_dexretargeting" / "human_hand_video.mp4"
 
 

@@ -10,6 +10,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+#: The real test data (../shared/data beside the repository; `EGOLAKE_SHARED_DATA` overrides).
+SHARED_DATA = Path(
+    os.environ.get("EGOLAKE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")
+)
+
 
 def provenance(module: str, accelerator: str = "") -> dict[str, str]:
     """The command that made a result, the date (UTC) and the machine (and `accelerator`: a GPU name)."""

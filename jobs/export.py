@@ -135,7 +135,7 @@ def _summaries(ctx: StageContext, episodes: list[str], opts: ExportOptions) -> p
     videos = (
         read(spark, layout, VIDEOS)
         .where(scope)
-        .select("episode_id", "source_path", "decoder", "task_text", "content_sha256")
+        .select("episode_id", "source_path", "task_text", "content_sha256")
     )
     out = times.join(videos, "episode_id").join(hand_rows, "episode_id", "left")
     if exists(layout, CAMERAS):

@@ -102,7 +102,6 @@ def exported(sample, tmp_path_factory):
             length=p.length,
             dataset_from_index=p.dataset_from_index,
             source_path=str(video),
-            decoder="pyav",
             metres_per_unit=1.0,
             camera_json=gt["camera_json"],
             staging_root=str(root),
@@ -308,7 +307,6 @@ def test_robot_dataset_without_video_loads_with_joint_positions(sample, tmp_path
         length=p.length,
         dataset_from_index=0,
         source_path="",
-        decoder="pyav",
         metres_per_unit=1.0,
         staging_root=str(tmp_path / "ds"),
     )
@@ -370,7 +368,6 @@ def test_faces_in_real_photos_are_blurred_in_the_exported_video(tmp_path):
             "length": n,
             "dataset_from_index": 0,
             "source_path": video,
-            "decoder": "pyav",
             "metres_per_unit": 1.0,
             "camera_json": None,
         }
@@ -410,7 +407,7 @@ def test_overlay_without_a_camera_row_fails_before_decoding(sample, tmp_path):
     posed, hands = _tables("x", np.arange(SOURCE_FRAMES), gt)
     posed = posed.assign(
         episode_index=0, task_index=0, length=SOURCE_FRAMES, dataset_from_index=0, source_path=str(video),
-        decoder="pyav", metres_per_unit=1.0, camera_json=None, staging_root=str(tmp_path),
+        metres_per_unit=1.0, camera_json=None, staging_root=str(tmp_path),
     )  # fmt: skip
     opts = ExportOptions(
         tensors=TensorOptions(fps=30), privacy=FaceBlurOptions(enabled=False), overlay_video=True

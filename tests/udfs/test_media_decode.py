@@ -4,12 +4,14 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 
 from pose_core.errors import InputError
 from tests.corpus import VFR_DURATIONS_MS, make_corpus, textured_frames
 from udfs.media.decode import DecodeOptions, decode_frames, iter_frames, output_size
+from udfs.media.encode import EncodeOptions, write_video
 
 
 @pytest.fixture(scope="module")
@@ -54,16 +56,22 @@ class TestDecodeFrames:
         a = decode_frames(path, 3, 17, NATIVE["decord"])
         b = decode_frames(path, 3, 17, NATIVE["pyav"])
         assert a.frames.shape == b.frames.shape == (14, 120, 160, 3)  # stored size, rotation not applied
-        np.testing.assert_array_equal(a.frames, b.frames)
+        # The same pictures: only the YUV -> RGB rounding differs (decord's swscale runs ~1 level dark).
+        difference = np.abs(a.frames.astype(int) - b.frames)
+        assert difference.max() <= 3 and difference.mean() < 1.5
+        assert np.abs(a.frames[1:].astype(int) - b.frames[:-1]).mean() > 10 * difference.mean()
         np.testing.assert_array_equal(a.frame_idx, b.frame_idx)
         np.testing.assert_allclose(a.ts_s, np.arange(3, 17) / 30.0, atol=1e-3)
         np.testing.assert_allclose(a.ts_s, b.ts_s, atol=1e-6)
         small_a = decode_frames(path, 0, 6, DecodeOptions(backend="decord", max_long_side_px=80))
         small_b = decode_frames(path, 0, 6, DecodeOptions(backend="pyav", max_long_side_px=80))
         assert small_a.frames.shape == small_b.frames.shape == (6, 60, 80, 3)
-        # decord scales in the display orientation, then we turn back: ~7 grey levels off when rotated.
-        tolerance = 8.0 if name == "rotated.mp4" else 3.0
-        assert np.abs(small_a.frames.astype(int) - small_b.frames).mean() < tolerance
+        # Brightness agrees; colour detail does not by design: PyAV keeps 4:2:0 chroma at the output
+        # size (all the dataset encoder keeps), decord interpolates chroma to full size first.
+        luma_a, luma_b = (
+            np.stack([cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in x.frames]) for x in (small_a, small_b)
+        )
+        assert np.abs(luma_a.astype(int) - luma_b).mean() < 2.5
 
     def test_frames_match_source(self, root: Path) -> None:
         decoded = decode_frames(str(root / "valid" / "clip_a.mp4"), 0, None, NATIVE["auto"])
@@ -80,13 +88,49 @@ class TestDecodeFrames:
         np.testing.assert_array_equal(from_bytes.frames, from_path.frames)
         np.testing.assert_allclose(from_bytes.ts_s, [2 / 30, 3 / 30, 4 / 30, 5 / 30], atol=1e-3)
         pyav = decode_frames(path.read_bytes(), 2, 6, NATIVE["pyav"])
-        np.testing.assert_array_equal(pyav.frames, from_path.frames)
+        np.testing.assert_array_equal(pyav.frames, decode_frames(str(path), 2, 6, NATIVE["pyav"]).frames)
 
     def test_rotated_auto_uses_pyav(self, root: Path) -> None:
         decoded = decode_frames(str(root / "valid" / "rotated.mp4"), 0, 4, NATIVE["auto"])
         assert decoded.backend == "pyav"
         assert decoded.frames.shape == (4, 120, 160, 3)
         assert np.abs(decoded.frames.astype(int) - textured_frames(8, 20)[:4]).mean() < 6.0
+
+    @pytest.mark.parametrize("long_side", [0, 80])
+    def test_colour_unbiased(self, tmp_path: Path, long_side: int) -> None:
+        """Lossless 4:2:0 video decodes to its RGB source within rounding, full size and downscaled.
+
+        swscale's RGB output, which PyAV used before, ran 1-1.5 levels dark on every channel.
+        """
+        source = np.stack(
+            [cv2.GaussianBlur(f, (0, 0), 3) for f in textured_frames(21, 8)]
+        )  # camera-like detail
+        path = tmp_path / "lossless.mp4"
+        write_video(path, source, 30, EncodeOptions(crf=0))
+        decoded = decode_frames(str(path), 0, None, DecodeOptions(backend="pyav", max_long_side_px=long_side))
+        h, w = decoded.frames.shape[1:3]
+        truth = np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in source]).astype(int)
+        error = decoded.frames.astype(int) - truth
+        assert np.abs(error.mean(axis=(0, 1, 2))).max() < 0.5  # per channel
+        assert np.abs(error).mean() < 4.0  # 4:2:0 chroma of a textured picture at 80x60
+
+    def test_skip_deblocking_when_downscaled(self, tmp_path: Path) -> None:
+        """Skipped only at <= the given scale; close to the full decode there."""
+        path = tmp_path / "blocky.mp4"
+        write_video(path, textured_frames(22, 30), 30, EncodeOptions(crf=38))
+        half = DecodeOptions(backend="pyav", max_long_side_px=80)
+        full = decode_frames(str(path), 0, None, half).frames.astype(float)
+        fast = decode_frames(str(path), 0, None, replace(half, skip_deblocking_below=0.5)).frames
+        assert not np.array_equal(full, fast)
+        mse = ((full - fast) ** 2).mean(axis=(1, 2, 3))
+        assert 10 * np.log10(255**2 / mse.max()) > 30.0  # PSNR, dB, worst frame
+        native = replace(NATIVE["pyav"], skip_deblocking_below=0.5)
+        np.testing.assert_array_equal(
+            decode_frames(str(path), 0, None, native).frames,
+            decode_frames(str(path), 0, None, NATIVE["pyav"]).frames,
+        )
+        with pytest.raises(ValueError, match="skip_deblocking_below"):
+            DecodeOptions(skip_deblocking_below=1.0)
 
     def test_image_sequence(self, root: Path) -> None:
         seq = decode_frames(str(root / "sequences" / "seq_png"), 2, 5, DecodeOptions(max_long_side_px=0))
@@ -143,7 +187,9 @@ class TestPrefetch:
     def test_same_chunks_as_inline(self, root: Path, depth: int) -> None:
         path = str(root / "bad" / "long_source.mkv")
         inline = list(iter_frames(path, 7, 50, replace(NATIVE["pyav"], prefetch_chunks=0), chunk_frames=16))
-        ahead = list(iter_frames(path, 7, 50, replace(NATIVE["pyav"], prefetch_chunks=depth), chunk_frames=16))
+        ahead = list(
+            iter_frames(path, 7, 50, replace(NATIVE["pyav"], prefetch_chunks=depth), chunk_frames=16)
+        )
         assert len(ahead) == len(inline) == 3
         for a, b in zip(ahead, inline, strict=True):
             np.testing.assert_array_equal(a.frames, b.frames)

@@ -4,7 +4,9 @@ Convention:
     Frames are RGB uint8 `(H, W, 3)`, all the same size. Presentation times are either a constant
     rate (`frame_idx / fps`, exactly, in the stream time base `1 / fps`) or given per frame
     (`ts_s`, seconds, strictly increasing, stored in a `1 / 90000` s time base for variable-rate
-    video). Chroma-subsampled pixel formats (`yuv420p`) need even width and height.
+    video). Chroma-subsampled pixel formats (`yuv420p`) need even width and height. For `yuv420p`,
+    OpenCV converts the frames (BT.601, limited range, as swscale does by default, at a fraction of
+    swscale's cost); other pixel formats go through swscale.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 import av
+import cv2
 import numpy as np
 from numpy.typing import NDArray
 
@@ -105,7 +108,7 @@ class VideoWriter:
         pts = self.count if ts_s is None else round(float(ts_s) / time_base)
         if pts <= self._last_pts:
             raise ValueError(f"frame {self.count} at {ts_s} s is not after the previous frame")
-        video_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+        video_frame = _video_frame(frame, self.opts.pix_fmt)
         video_frame.pts, video_frame.time_base = pts, time_base
         for packet in self._stream.encode(video_frame):
             self._container.mux(packet)
@@ -205,6 +208,15 @@ def _open_stream(
         stream.codec_context.gop_size = opts.gop_size
     stream.options = options
     return stream
+
+
+def _video_frame(frame: NDArray[np.uint8], pix_fmt: str) -> av.VideoFrame:
+    """An RGB frame `(H, W, 3)` as a PyAV frame, already in `pix_fmt` where OpenCV converts to it."""
+    if pix_fmt == "yuv420p":
+        return av.VideoFrame.from_ndarray(
+            cv2.cvtColor(np.ascontiguousarray(frame), cv2.COLOR_RGB2YUV_I420), format="yuv420p"
+        )
+    return av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
 
 
 def _check_frame(frame: NDArray[np.uint8], height: int, width: int, index: int) -> None:
