@@ -233,20 +233,42 @@ def _plane(frame: av.VideoFrame, index: int) -> np.ndarray:
     return rows[: plane.height, : plane.width]
 
 
+# Full-range ("JPEG", `yuvj420p`) luma and chroma levels to limited range, the range OpenCV converts.
+_FULL_TO_LIMITED = (
+    np.round(16 + np.arange(256) * 219 / 255).astype(np.uint8),
+    np.round(128 + (np.arange(256) - 128) * 224 / 255).astype(np.uint8),
+)
+
+
 def _rgb(frame: av.VideoFrame, size_wh: tuple[int, int]) -> np.ndarray:
     """`frame` as RGB `(H, W, 3)` uint8 at `size_wh`, aspect as given.
 
     8-bit 4:2:0 frames (nearly all H.264/HEVC) are scaled plane by plane (OpenCV, area filter) and
     converted by OpenCV (BT.601, limited range, as swscale's default, unbiased where swscale's RGB
-    output is ~1 level dark); any other format, or an odd size, is first scaled and converted to
-    4:2:0 by swscale. Both cost a fraction of swscale's scaling to RGB.
+    output is ~1 level dark); full-range frames are mapped to limited range first; any other format,
+    or an odd size, is first scaled and converted to 4:2:0 by swscale. Both cost a fraction of
+    swscale's scaling to RGB.
     """
     width, height = size_wh
     if width % 2 or height % 2:  # 4:2:0 needs even sides
         return frame.to_ndarray(format="rgb24", width=width, height=height, interpolation="AREA")
-    if frame.format.name != "yuv420p":
-        yuv = frame.to_ndarray(format="yuv420p", width=width, height=height, interpolation="AREA")
-        return cv2.cvtColor(yuv, cv2.COLOR_YUV2RGB_I420)
+    yuv = _i420(frame, width, height)
+    name = frame.format.name
+    if name.startswith("yuvj") or (name.startswith("yuv") and frame.color_range == 2):  # JPEG range
+        luma = width * height
+        flat = yuv.reshape(-1)
+        flat[:luma] = _FULL_TO_LIMITED[0][flat[:luma]]
+        flat[luma:] = _FULL_TO_LIMITED[1][flat[luma:]]
+    return cv2.cvtColor(yuv, cv2.COLOR_YUV2RGB_I420)
+
+
+def _i420(frame: av.VideoFrame, width: int, height: int) -> np.ndarray:
+    """`frame`'s YUV 4:2:0 planes at `width` x `height` (even), as one I420 array `(H * 3 / 2, W)`.
+
+    Levels as stored (swscale, used for formats other than 8-bit 4:2:0, does not convert the range).
+    """
+    if frame.format.name not in ("yuv420p", "yuvj420p"):
+        return frame.to_ndarray(format="yuv420p", width=width, height=height, interpolation="AREA")
     yuv = np.empty((height * 3 // 2, width), np.uint8)
     flat, luma, chroma = yuv.reshape(-1), width * height, width * height // 4
     targets = (
@@ -260,7 +282,7 @@ def _rgb(frame: av.VideoFrame, size_wh: tuple[int, int]) -> np.ndarray:
             target[:] = source
         else:
             cv2.resize(source, target.shape[::-1], dst=target, interpolation=cv2.INTER_AREA)
-    return cv2.cvtColor(yuv, cv2.COLOR_YUV2RGB_I420)
+    return yuv
 
 
 def _chunk(frames: list[np.ndarray], idx: list[int], ts: list[float], backend: str) -> DecodedFrames:
