@@ -157,6 +157,15 @@ class ExportOptions:
         return (EGO_VIDEO_KEY, EGO_OVERLAY_KEY) if self.overlay_video else (EGO_VIDEO_KEY,)
 
     @property
+    def decode(self) -> DecodeOptions:
+        """Decoder settings for the source frames: PyAV, which can skip deblocking (decord cannot)."""
+        return DecodeOptions(
+            backend="pyav",
+            max_long_side_px=max(self.image_width, self.image_height),
+            skip_deblocking_below=self.skip_deblocking_below,
+        )
+
+    @property
     def encode(self) -> EncodeOptions:
         """Encoder settings for `udfs.media.encode`."""
         threads = {"threads": str(self.encoder_threads)} if self.encoder_threads else {}
@@ -360,11 +369,6 @@ def _write_videos(
         raise EgolakeError("the overlay video needs the episode's camera (no cameras row)")
     root, episode_index, fps = str(plan["staging_root"]), int(plan["episode_index"]), opts.tensors.fps
     source = str(plan["source_path"])
-    decode = DecodeOptions(  # PyAV: it can skip deblocking, decord cannot (bench/results/decode.md)
-        backend="pyav",
-        max_long_side_px=max(opts.image_width, opts.image_height),
-        skip_deblocking_below=opts.skip_deblocking_below,
-    )
     blurrer = _blurrer(opts.privacy)
     start, stop = int(source_frames[0]), int(source_frames[-1]) + 1
     sample_every = max(1, len(source_frames) // 100)  # statistics from ~100 frames, as LeRobot samples
@@ -376,12 +380,15 @@ def _write_videos(
             path = os.path.join(root, video_path(key, episode_index))
             os.makedirs(os.path.dirname(path), exist_ok=True)
             writers[key] = stack.enter_context(VideoWriter(path, fps, opts.encode))
-        for chunk in iter_frames(source, start, stop, decode, chunk_frames=_DECODE_CHUNK):
+        for chunk in iter_frames(source, start, stop, opts.decode, chunk_frames=_DECODE_CHUNK):
             wanted = np.isin(chunk.frame_idx, source_frames)
             if not wanted.any():
                 continue
-            fitted = np.stack(
-                [fit_to_size(f, opts.image_width, opts.image_height) for f in chunk.frames[wanted]]
+            frames = chunk.frames if wanted.all() else chunk.frames[wanted]
+            fitted = (
+                frames
+                if frames.shape[1:3] == (opts.image_height, opts.image_width)
+                else np.stack([fit_to_size(f, opts.image_width, opts.image_height) for f in frames])
             )
             at = chunk.frame_idx[wanted]
             px = None
@@ -397,8 +404,8 @@ def _write_videos(
                 while k < len(source_frames) and source_frames[k] == idx:
                     for key in keys:
                         writers[key].write(views[key][j])
-                        if k % sample_every == 0:
-                            sampled[key].append(views[key][j])
+                        if k % sample_every == 0:  # a copy: a view would keep the whole chunk alive
+                            sampled[key].append(views[key][j].copy())
                     k += 1
     if k != len(source_frames):
         raise EgolakeError(
