@@ -9,7 +9,8 @@ the export is timed. egolake: `jobs.export.run` on local[N] for each N of `--cor
 each, Python workers cold; the time covers planning, the executors' decode + tensors + encode + data
 files, meta/ and publishing); the executors' own unit times are summed next to it. lerobot 0.4.4 (in
 .venv-lerobot, `EGOLAKE_LEROBOT_PYTHON`): `LeRobotDataset.create` + `add_frame` + `save_episode` +
-`finalize` over the same tensors and source frames (bench/lerobot_baseline.py), in its default mode
+`finalize` over the same tensors and source frames, decoded by egolake's decoder with the export's
+settings (bench/lerobot_baseline.py), in its default mode
 (PNG frames, encoded at save_episode) and its `streaming_encoding` mode. Both write 320x240 H.264
 (libx264, crf 30, GOP 2: lerobot's encoder defaults) with one encoder thread, without face blurring.
 CPU time is summed over the whole process tree (JVM, Python workers, encoder) from /proc. The load
@@ -28,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -173,11 +174,14 @@ def _timed_export(ctx, name: str) -> dict:  # noqa: ANN001
     }
 
 
-def _egolake(out: str, samples: list[Path], cores: int) -> dict[str, dict]:
-    """Two exports in a fresh local[cores] session: cold, then warm.
+def _egolake(outs: dict[int, str], samples: list[Path], cores: int) -> dict[str, dict]:
+    """Exports in a fresh local[cores] session, in this order.
 
-    Cold is a standalone `egolake run --stages export` (JIT, Delta logs and Python workers start);
-    warm is an export at the end of a pipeline run.
+    All episodes cold (a standalone `egolake run --stages export`: JIT, Delta logs and Python workers
+    start), all warm (as at the end of a pipeline run), a quarter of them warm (separates the cost of
+    an export from the cost of a frame, `_at_scale`; their OUTPUT is exported once untimed first, so
+    its Delta logs are as warm as the first's), and that quarter again with faces blurred (the product
+    default; lerobot has no such step). `outs`: {episodes: OUTPUT folder holding that many of `samples`}.
     """
     from jobs.config import load_config
     from jobs.spark import build_spark
@@ -196,37 +200,81 @@ def _egolake(out: str, samples: list[Path], cores: int) -> dict[str, dict]:
         ],
     )
     spark = build_spark(cfg.spark)
-    if not os.path.isdir(os.path.join(out, "tables", "runs")):
-        _upstream_tables(spark, out, samples)
-    ctx = StageContext(spark, cfg, Layout(out), f"bench-{cores}")
+    for episodes, out in outs.items():
+        if not os.path.isdir(os.path.join(out, "tables", "runs")):
+            _upstream_tables(spark, out, samples[:episodes])
     spark.range(4).count()  # the session is up
-    rows = {
-        f"egolake local[{cores}] {state}": {**_timed_export(ctx, f"bench{cores}{state}"), "cores": cores}
-        for state in ("cold", "warm")
+    every, quarter = max(outs), min(outs)
+    blurred = replace(cfg, export=replace(cfg.export, privacy=replace(cfg.export.privacy, enabled=True)))
+    runs = {
+        "cold": (every, cfg),
+        "warm": (every, cfg),
+        "": (quarter, cfg),  # untimed: warms the quarter's OUTPUT
+        f"warm, {quarter} episodes": (quarter, cfg),
+        f"warm, {quarter} episodes, faces blurred": (quarter, blurred),
     }
+    rows = {}
+    for n, (state, (episodes, run_cfg)) in enumerate(runs.items()):
+        ctx = StageContext(spark, run_cfg, Layout(outs[episodes]), f"bench-{cores}")
+        if not state:
+            _timed_export(ctx, f"bench{cores}n{n}")
+            continue
+        rows[f"egolake local[{cores}] {state}"] = {
+            **_timed_export(ctx, f"bench{cores}n{n}"),
+            "cores": cores,
+            "episodes": episodes,
+            "faces_blurred": run_cfg.export.privacy.enabled,
+        }
     spark.stop()
     return rows
+
+
+def _at_scale(rows: dict[str, dict]) -> dict[str, dict]:
+    """Per local[N]: the cost of one export (fixed) and of each frame, from its warm exports.
+
+    CPU seconds = fixed + per_frame x frames, solved from the all-episodes and quarter-size warm runs
+    without face blur; likewise wall seconds. The per-frame cost with faces blurred is the blurred
+    quarter's CPU less the fixed cost. At scale (thousands of episodes per export) the per-frame cost
+    is what counts.
+    """
+    out = {}
+    for label, big in rows.items():
+        if not label.endswith(" warm"):
+            continue
+        mine = [r for r in rows.values() if "episodes" in r and r["cores"] == big["cores"] and r is not big]
+        small = next(r for r in mine if r["episodes"] < big["episodes"] and not r["faces_blurred"])
+        blurred = next(r for r in mine if r["faces_blurred"])
+        frames = big["frames"] - small["frames"]
+        cpu, wall = (big[k] - small[k] for k in ("cpu_s", "wall_s"))
+        fixed = big["cpu_s"] - cpu / frames * big["frames"]
+        out[label.removesuffix(" warm")] = {
+            "cores": big["cores"],
+            "fixed_cpu_s": fixed,
+            "cpu_ms_per_frame": 1e3 * cpu / frames,
+            "frames_per_s_per_core": frames / wall / big["cores"],
+            "cpu_ms_per_frame_faces_blurred": 1e3 * (blurred["cpu_s"] - fixed) / blurred["frames"],
+        }
+    return out
 
 
 def _decode_encode_floor(dataset: str, work: str) -> dict:
     """Decode + encode alone, in this process, for the exported episodes: the work both paths share.
 
-    Same source frames, the same decoder (PyAV, one thread, resized in the decoder) and encoder
-    settings as the export; no tensors, files, statistics or Spark.
+    Same source frames, decoder settings (`ExportOptions.decode`) and encoder settings as the export;
+    no tensors, files, statistics or Spark.
     """
     from udfs.lerobot import ExportOptions
-    from udfs.media.decode import DecodeOptions, iter_frames
+    from udfs.media.decode import iter_frames
     from udfs.media.encode import VideoWriter
 
     manifest = json.loads(Path(dataset, "manifest.json").read_text(encoding="utf-8"))
     opts = ExportOptions(crf=30, gop_size=2, encoder_threads=1)
-    decode = DecodeOptions(backend="pyav", max_long_side_px=max(opts.image_width, opts.image_height))
     path = os.path.join(work, "floor.mp4")
     t0, c0 = time.perf_counter(), _tree_cpu_s(os.getpid())
     frames = 0
     for episode in manifest["episodes"]:
         with VideoWriter(path, manifest["fps"], opts.encode) as writer:
-            for chunk in iter_frames(episode["source_path"], 0, episode["length"], decode):
+            for chunk in iter_frames(episode["source_path"], 0, episode["length"], opts.decode):
                 for frame in chunk.frames:
                     writer.write(frame)
                     frames += 1
@@ -234,6 +282,8 @@ def _decode_encode_floor(dataset: str, work: str) -> dict:
 
 
 def _lerobot(dataset: str, work: str, mode: str) -> dict:
+    from udfs.lerobot import ExportOptions
+
     python = os.environ.get("EGOLAKE_LEROBOT_PYTHON", str(REPO / ".venv-lerobot" / "bin" / "python"))
     info = json.loads(Path(dataset, "meta", "info.json").read_text(encoding="utf-8"))
     manifest = json.loads(Path(dataset, "manifest.json").read_text(encoding="utf-8"))
@@ -245,6 +295,7 @@ def _lerobot(dataset: str, work: str, mode: str) -> dict:
         "mode": mode,
         "fps": info["fps"],
         "vcodec": "h264",
+        "decode": asdict(ExportOptions().decode),  # the export's decoder settings
         "video_key": key,
         "width": info["features"][key]["shape"][1],
         "height": info["features"][key]["shape"][0],
@@ -266,7 +317,7 @@ def _lerobot(dataset: str, work: str, mode: str) -> dict:
     job_path = os.path.join(work, f"lerobot_{mode}.json")
     with open(job_path, "w", encoding="utf-8") as fh:
         json.dump(job, fh)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}  # lerobot + udfs.media.decode
     done = subprocess.run(
         [python, str(REPO / "bench" / "lerobot_baseline.py"), job_path],
         capture_output=True,
@@ -289,11 +340,14 @@ def _markdown(args: argparse.Namespace, rows: dict[str, dict], meta: dict) -> st
         f"- episodes: {args.episodes} synthetic ({args.videos} distinct rendered clips, reused), "
         f"{args.frames} source frames each at 640x480 30 fps; dataset 30 fps, {base['frames']} frames "
         "in all; 320x240 H.264 (libx264, crf 30, GOP 2 = lerobot's defaults, one encoder thread); "
-        "no face blur",
+        "no face blur unless a row says so",
         "- egolake time: `jobs.export.run` (planning, executors' decode + tensors + encode + parquet, "
-        "meta/, publish), twice per fresh local[N] session: cold (JIT, Delta log and Python workers "
-        "start, as a standalone `egolake run --stages export`) then warm (as at the end of a pipeline "
-        "run); Σ unit: the executors' per-episode unit "
+        "meta/, publish), four times per fresh local[N] session: cold (JIT, Delta log and Python "
+        "workers start, as a standalone `egolake run --stages export`), then warm (as at the end of a "
+        "pipeline run), then warm on a quarter of the episodes (another OUTPUT, exported once untimed "
+        "before), then that quarter with "
+        "faces blurred (egolake's default; lerobot has no such step); Σ unit: the executors' "
+        "per-episode unit "
         "times (wall, and CPU of the worker process) summed; lerobot time: create + add_frame + "
         "save_episode + finalize, decoding included, imports excluded",
         "",
@@ -322,7 +376,33 @@ def _markdown(args: argparse.Namespace, rows: dict[str, dict], meta: dict) -> st
         "encoder thread). Per CPU-s = frames per CPU second of the whole process tree, the fairer figure "
         "on a shared machine. `decode + encode only`: the source decoded and the video encoded with the "
         "same settings and nothing else, the floor under both paths.",
+        "",
+        "## At scale: the cost of an export and the cost of a frame",
+        "",
+        "From each local[N]'s two warm exports (all episodes, a quarter of them): CPU s = fixed + "
+        "per frame x frames, and likewise wall s. An export of thousands of episodes costs the per-frame "
+        "figure; lerobot's figures are its whole run (its fixed part, create + finalize, is under a "
+        "second).",
+        "",
+        "| path | fixed CPU s per export | CPU ms per frame | frames per CPU-s | frames/s per core "
+        "| CPU ms per frame, faces blurred | "
+        + " | ".join(f"per CPU-s vs {k}" for k in baselines)
+        + " | "
+        + " | ".join(f"per core vs {k}" for k in baselines)
+        + " |",
+        "|---" * (6 + 2 * len(baselines)) + "|",
     ]
+    for label, s in _at_scale(rows).items():
+        per_cpu = 1e3 / s["cpu_ms_per_frame"]
+        ratios = [f"{per_cpu / (b['frames'] / b['cpu_s']):.2f}x" for b in baselines.values()]
+        ratios += [
+            f"{s['frames_per_s_per_core'] / (b['frames'] / b['wall_s']):.2f}x" for b in baselines.values()
+        ]
+        lines.append(
+            f"| {label} | {s['fixed_cpu_s']:.1f} | {s['cpu_ms_per_frame']:.2f} | {per_cpu:.1f} | "
+            f"{s['frames_per_s_per_core']:.1f} | {s['cpu_ms_per_frame_faces_blurred']:.2f} | "
+            f"{' | '.join(ratios)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -346,13 +426,15 @@ def main() -> None:
             write_sample(sample_dir, SampleOptions(frames=args.frames, seed=seed))
     clips = sorted((sample_dir / "videos").glob("synth_*.mp4"))[: args.videos]
     samples = [clips[i % len(clips)] for i in range(args.episodes)]
-    out = os.path.join(work, "out")
-    shutil.rmtree(out, ignore_errors=True)  # an earlier run's datasets would make "nothing changed"
+    quarter = max(1, args.episodes // 4)
+    outs = {n: os.path.join(work, f"out{n}") for n in (args.episodes, quarter)}
+    for out in outs.values():
+        shutil.rmtree(out, ignore_errors=True)  # an earlier run's datasets would make "nothing changed"
     meta = {**provenance("bench.export"), "load average (1 min) before": f"{os.getloadavg()[0]:.1f}"}
     rows: dict[str, dict] = {}
     for cores in (int(c) for c in args.cores.split(",")):
         logger.info("egolake export on local[%d]", cores)
-        rows.update(_egolake(out, samples, cores))
+        rows.update(_egolake(outs, samples, cores))
     first = next(iter(rows.values()))["dataset"]
     for mode in ("png", "streaming"):
         logger.info("lerobot baseline, %s", mode)
@@ -364,7 +446,8 @@ def main() -> None:
     text = _markdown(args, rows, meta)
     (Path(args.out) / "export.md").write_text(text, encoding="utf-8")
     (Path(args.out) / "export.json").write_text(
-        json.dumps({"meta": meta, "rows": rows}, indent=2, default=str), encoding="utf-8"
+        json.dumps({"meta": meta, "rows": rows, "at_scale": _at_scale(rows)}, indent=2, default=str),
+        encoding="utf-8",
     )
     sys.stdout.write(text)
 

@@ -7,8 +7,9 @@ Writes the same episodes as an egolake export with lerobot's own recorder API:
 same features, codec and encoder settings (one encoder thread, as each egolake task uses). `mode`
 `png` is lerobot's default path (frames written as PNG files, encoded at `save_episode`);
 `streaming` is its `streaming_encoding=True` path (frames fed to an encoder thread, no PNG files).
-Frames are decoded with PyAV straight at the dataset resolution, as egolake's executors decode.
-Prints one JSON line: wall and CPU seconds of the whole write.
+Frames are decoded by egolake's own decoder with the export's settings (`udfs.media.decode`, the
+repository on PYTHONPATH), so both sides pay the same decode. Prints one JSON line: wall and CPU seconds
+of the whole write.
 """
 
 import json
@@ -16,10 +17,11 @@ import resource
 import sys
 import time
 
-import av
 import numpy as np
 import pyarrow.parquet as pq
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+from udfs.media.decode import DecodeOptions, iter_frames
 
 
 def _cpu_s() -> float:
@@ -27,17 +29,17 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def _frames(path: str, wanted: np.ndarray, width: int, height: int) -> list[np.ndarray]:
-    """RGB frames `(height, width, 3)` of `wanted` (nondecreasing source indices), resized in the decoder."""
+def _frames(
+    path: str, wanted: np.ndarray, decode: DecodeOptions, size_wh: tuple[int, int]
+) -> list[np.ndarray]:
+    """RGB frames `(height, width, 3)` of `wanted` (nondecreasing source indices), as the export decodes."""
     by_idx, keep = {}, set(wanted.tolist())
-    with av.open(path) as container:
-        stream = container.streams.video[0]
-        stream.codec_context.thread_count = 1
-        for i, frame in enumerate(container.decode(stream)):
-            if i > wanted[-1]:
-                break
-            if i in keep:
-                by_idx[i] = frame.to_ndarray(width=width, height=height, format="rgb24")
+    for chunk in iter_frames(path, int(wanted[0]), int(wanted[-1]) + 1, decode):
+        if chunk.frames.shape[2:0:-1] != size_wh:
+            raise ValueError(f"{path}: decoded {chunk.frames.shape[2:0:-1]}, the dataset is {size_wh}")
+        by_idx.update(
+            (int(i), f) for i, f in zip(chunk.frame_idx, chunk.frames, strict=True) if int(i) in keep
+        )
     return [by_idx[int(i)] for i in wanted]
 
 
@@ -58,9 +60,12 @@ def main() -> None:
         encoder_threads=1,
     )
     key = job["video_key"]
+    decode = DecodeOptions(**job["decode"])
     for episode in job["episodes"]:
         table = pq.read_table(episode["data"]).to_pandas()
-        images = _frames(episode["video"], table["source_frame_idx"].to_numpy(), job["width"], job["height"])
+        images = _frames(
+            episode["video"], table["source_frame_idx"].to_numpy(), decode, (job["width"], job["height"])
+        )
         names = [n for n in table.columns if n in features and features[n]["dtype"] != "video"]
         for k in range(len(table)):
             frame = {
