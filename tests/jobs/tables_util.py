@@ -30,12 +30,13 @@ def content(spark, out: str, name: str) -> pd.DataFrame:
 
 
 def copy_episode(
-    spark, out: str, episode: str, copy_id: str, hands_world: Mapping[str, object] | None = None
+    spark, out: str, episode: str, copy_id: str, overrides: Mapping[str, Mapping[str, object]] | None = None
 ) -> None:
     """Write `episode`'s rows of videos, frames, camera_poses and hands_world, and its `runs` rows, again
     under `copy_id` (same video, same lineage), so export and retarget see a second finished episode.
 
-    `hands_world` overrides columns of the copied hands_world rows (e.g. no metric scale).
+    `overrides`: {table: {column: value}} set on the copied rows (e.g. hands_world without a metric
+    scale, videos with another source file).
     """
     from pyspark.sql import functions as F
 
@@ -46,8 +47,7 @@ def copy_episode(
     for schema in (VIDEOS, FRAMES, CAMERA_POSES, HANDS_WORLD):
         rows = table(spark, out, schema.name)
         rows = rows[rows["episode_id"] == episode].assign(episode_id=copy_id)
-        if schema is HANDS_WORLD and hands_world:
-            rows = rows.assign(**hands_world)
+        rows = rows.assign(**(overrides or {}).get(schema.name, {}))
         lineage = Lineage(rows["run_id"].iat[0], rows["stage_version"].iat[0], rows["config_hash"].iat[0])
         write(spark.createDataFrame(rows[schema.columns], schema.spark), layout, schema, [copy_id], lineage)
     runs = spark.read.format("delta").load(layout.table("runs")).where(F.col("episode_id") == episode)

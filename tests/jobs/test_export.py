@@ -185,3 +185,38 @@ def test_unchanged_export_makes_no_version_then_qa_exclusion_and_rollback(spark,
     assert latest_version(root, "hands") == "v2"
     assert _file_hashes(_dataset(out, "v2")) == v2  # the old version is byte-identical
     assert _file_hashes(_dataset(out)) == v2  # and `latest` serves it
+
+
+def test_an_episode_whose_files_fail_is_left_out_with_its_reason(spark, pipeline_run, tmp_path):
+    """Its unit fails after writing its data file (the video is short); the export is redone without it:
+    nothing of it is published, indices stay contiguous, the manifest and `runs` say why."""
+    from jobs.datasets import read_manifest
+    from jobs.pipeline import run_pipeline
+    from jobs.stage import latest_runs
+    from jobs.tables import Layout
+    from udfs.media.decode import decode_frames
+    from udfs.media.encode import write_video
+
+    out, cfg, _ = pipeline_run
+    videos = _table(spark, out, "videos")
+    demo = videos[videos["episode_id"] != COPY_ID].iloc[0]
+    short = tmp_path / "short.mp4"
+    write_video(short, decode_frames(demo["source_path"], 0, 30).frames, 30)
+    broken = "bad0000000000000"
+    copy_episode(spark, out, demo["episode_id"], broken, {"videos": {"source_path": str(short)}})
+    summary = run_pipeline(spark, cfg, None, out, stages=["export"])
+
+    manifest = read_manifest(os.path.join(out, "datasets"), "hands")
+    assert summary.counts["export"]["failed"] == 1
+    assert broken not in [e["episode_id"] for e in manifest["episodes"]]
+    (why,) = [e["reason"] for e in manifest["exclusions"] if e["episode_id"] == broken]
+    assert "decoded 30 of" in why
+    latest = latest_runs(spark, Layout(out))
+    failed = latest[(latest["episode_id"] == broken) & (latest["stage"] == "export")]
+    assert list(failed["status"]) == ["failed"] and "decoded 30 of" in failed["error"].iat[0]
+    n = manifest["counts"]["episodes"]
+    files = sorted(f for f in _file_hashes(_dataset(out)) if f.startswith(("data/", "videos/")))
+    assert files == sorted(
+        [f"data/chunk-000/file-{i:03d}.parquet" for i in range(n)]
+        + [f"videos/observation.images.ego/chunk-000/file-{i:03d}.mp4" for i in range(n)]
+    )

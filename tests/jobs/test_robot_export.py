@@ -68,7 +68,9 @@ def robot_run(spark, shared_data, tmp_path_factory):
     cfg = load_config([], [*settings, f"fusion.user_metres_per_unit={scale}"])
     run_pipeline(spark, cfg, None, out, stages=["fusion"])
     episode = _table(spark, out, "videos")["episode_id"].iat[0]
-    copy_episode(spark, out, episode, NO_SCALE, hands_world={"scale_source": "none", "metres_per_unit": None})
+    copy_episode(
+        spark, out, episode, NO_SCALE, {"hands_world": {"scale_source": "none", "metres_per_unit": None}}
+    )
     summary = run_pipeline(spark, cfg, None, out, stages=["retarget", "export"])
     return out, cfg, summary, profiles
 
