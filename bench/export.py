@@ -330,6 +330,12 @@ def _lerobot(dataset: str, work: str, mode: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _header(columns: list[str], ratios: tuple[str, ...], baselines: dict[str, dict]) -> list[str]:
+    """A markdown table's header and rule: `columns`, then each ratio kind against each baseline."""
+    names = columns + [f"{kind} vs {base}" for kind in ratios for base in baselines]
+    return ["| " + " | ".join(names) + " |", "|---" * len(names) + "|"]
+
+
 def _markdown(args: argparse.Namespace, rows: dict[str, dict], meta: dict) -> str:
     baselines = {k: r for k, r in rows.items() if k.startswith("lerobot")}
     base = next(iter(baselines.values()))
@@ -351,13 +357,12 @@ def _markdown(args: argparse.Namespace, rows: dict[str, dict], meta: dict) -> st
         "times (wall, and CPU of the worker process) summed; lerobot time: create + add_frame + "
         "save_episode + finalize, decoding included, imports excluded",
         "",
-        "| path | cores | wall s | CPU s | Σ unit wall s | Σ unit CPU s | frames/s per core "
-        "| frames per CPU-s | "
-        + " | ".join(f"per core vs {k}" for k in baselines)
-        + " | "
-        + " | ".join(f"per CPU-s vs {k}" for k in baselines)
-        + " |",
-        "|---" * (8 + 2 * len(baselines)) + "|",
+        *_header(
+            ["path", "cores", "wall s", "CPU s", "Σ unit wall s", "Σ unit CPU s"]
+            + ["frames/s per core", "frames per CPU-s"],
+            ("per core", "per CPU-s"),
+            baselines,
+        ),
     ]
     for label, r in rows.items():
         per_core = r["frames"] / r["wall_s"] / r["cores"]
@@ -384,13 +389,12 @@ def _markdown(args: argparse.Namespace, rows: dict[str, dict], meta: dict) -> st
         "figure; lerobot's figures are its whole run (its fixed part, create + finalize, is under a "
         "second).",
         "",
-        "| path | fixed CPU s per export | CPU ms per frame | frames per CPU-s | frames/s per core "
-        "| CPU ms per frame, faces blurred | "
-        + " | ".join(f"per CPU-s vs {k}" for k in baselines)
-        + " | "
-        + " | ".join(f"per core vs {k}" for k in baselines)
-        + " |",
-        "|---" * (6 + 2 * len(baselines)) + "|",
+        *_header(
+            ["path", "fixed CPU s per export", "CPU ms per frame", "frames per CPU-s", "frames/s per core"]
+            + ["CPU ms per frame, faces blurred"],
+            ("per CPU-s", "per core"),
+            baselines,
+        ),
     ]
     for label, s in _at_scale(rows).items():
         per_cpu = 1e3 / s["cpu_ms_per_frame"]
