@@ -170,7 +170,11 @@ class ExportOptions:
         """Encoder settings for `udfs.media.encode`."""
         threads = {"threads": str(self.encoder_threads)} if self.encoder_threads else {}
         return EncodeOptions(
-            codec=_CODECS[self.codec][0], crf=self.crf, gop_size=self.gop_size, codec_options=threads
+            codec=_CODECS[self.codec][0],
+            crf=self.crf,
+            gop_size=self.gop_size,
+            codec_options=threads,
+            rgb_converter="opencv",
         )
 
     def video_info(self, fps: int) -> dict[str, object]:

@@ -4,9 +4,9 @@ Convention:
     Frames are RGB uint8 `(H, W, 3)`, all the same size. Presentation times are either a constant
     rate (`frame_idx / fps`, exactly, in the stream time base `1 / fps`) or given per frame
     (`ts_s`, seconds, strictly increasing, stored in a `1 / 90000` s time base for variable-rate
-    video). Chroma-subsampled pixel formats (`yuv420p`) need even width and height. For `yuv420p`,
-    OpenCV converts the frames (BT.601, limited range, as swscale does by default, at a fraction of
-    swscale's cost); other pixel formats go through swscale.
+    video). Chroma-subsampled pixel formats (`yuv420p`) need even width and height. RGB frames are
+    converted by swscale, or for `yuv420p` with `rgb_converter="opencv"` by OpenCV (BT.601, limited
+    range, as swscale's default, at a fraction of its cost; the export uses it).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Literal
 
 import av
 import cv2
@@ -46,6 +47,8 @@ class EncodeOptions:
         preset: encoder speed preset (`medium` for x264, a number such as `8` for SVT-AV1), or None.
         gop_size: frames between key frames; None leaves the encoder default.
         codec_options: extra encoder options, passed as FFmpeg `-opt value` strings.
+        rgb_converter: what converts RGB frames to `yuv420p`: FFmpeg's swscale, or OpenCV (a fraction
+            of the cost, unbiased; the export's choice). Other pixel formats always use swscale.
     """
 
     codec: str = "h264"
@@ -55,6 +58,7 @@ class EncodeOptions:
     preset: str | None = None
     gop_size: int | None = None
     codec_options: Mapping[str, str] = field(default_factory=dict)
+    rgb_converter: Literal["swscale", "opencv"] = "swscale"
 
 
 class VideoWriter:
@@ -108,7 +112,7 @@ class VideoWriter:
         pts = self.count if ts_s is None else round(float(ts_s) / time_base)
         if pts <= self._last_pts:
             raise ValueError(f"frame {self.count} at {ts_s} s is not after the previous frame")
-        video_frame = _video_frame(frame, self.opts.pix_fmt)
+        video_frame = _video_frame(frame, self.opts)
         video_frame.pts, video_frame.time_base = pts, time_base
         for packet in self._stream.encode(video_frame):
             self._container.mux(packet)
@@ -210,9 +214,9 @@ def _open_stream(
     return stream
 
 
-def _video_frame(frame: NDArray[np.uint8], pix_fmt: str) -> av.VideoFrame:
-    """An RGB frame `(H, W, 3)` as a PyAV frame, already in `pix_fmt` where OpenCV converts to it."""
-    if pix_fmt == "yuv420p":
+def _video_frame(frame: NDArray[np.uint8], opts: EncodeOptions) -> av.VideoFrame:
+    """An RGB frame `(H, W, 3)` as a PyAV frame, already in `yuv420p` where OpenCV converts to it."""
+    if opts.pix_fmt == "yuv420p" and opts.rgb_converter == "opencv":
         return av.VideoFrame.from_ndarray(
             cv2.cvtColor(np.ascontiguousarray(frame), cv2.COLOR_RGB2YUV_I420), format="yuv420p"
         )
