@@ -200,7 +200,7 @@ HANDS_WORLD = TableSchema(
 
 FEATURES = TableSchema(
     name="features",
-    version="1",
+    version="2",
     key=("episode_id", "shard_idx", "frame_idx"),
     partition_key="episode_id",
     arrow=pa.schema(
@@ -211,6 +211,9 @@ FEATURES = TableSchema(
             pa.field("owned", pa.bool_(), nullable=False),  # owned by the shard; false: overlap, for linking
             pa.field("track_ids", pa.list_(pa.int64())),  # KLT track ids (N,), from shard_idx << 32
             pa.field("uv_px", pa.list_(pa.float32())),  # distorted pixels (u0, v0, u1, ...), (2N,)
+            # upright ORB descriptor of each track, 32 bytes each in track order (32N bytes; zeros: none);
+            # null on frames without descriptors (every priors.features.descriptor_every_frames-th frame)
+            pa.field("descriptors", pa.binary()),
         ]
     ),
 )
@@ -251,7 +254,7 @@ TRACKS = TableSchema(
         [
             pa.field("episode_id", pa.string(), nullable=False),
             pa.field("frame_idx", pa.int64(), nullable=False),
-            pa.field("tracking_state", pa.string(), nullable=False),  # lost | static | tracking
+            pa.field("tracking_state", pa.string(), nullable=False),  # lost | static | tracking | rotation_only
             pa.field("segment_id", pa.int32(), nullable=False),  # a new segment starts after each loss
             pa.field("is_keyframe", pa.bool_(), nullable=False),
             pa.field("num_features", pa.int32()),  # linked KLT tracks in the frame (after hand masking)
@@ -281,7 +284,7 @@ KEYFRAMES = TableSchema(
 
 MAP_POINTS = TableSchema(
     name="map_points",
-    version="1",
+    version="2",
     key=("episode_id", "point_idx"),
     partition_key="episode_id",
     arrow=pa.schema(
@@ -289,7 +292,9 @@ MAP_POINTS = TableSchema(
             pa.field("episode_id", pa.string(), nullable=False),
             pa.field("point_idx", pa.int64(), nullable=False),  # 0-based within the episode
             pa.field("track_id", pa.int64(), nullable=False),  # linked KLT track it was triangulated from
-            pa.field("segment_id", pa.int32(), nullable=False),
+            # further tracks that see it (found again by relocalisation, or merged from a duplicate point)
+            pa.field("alias_track_ids", pa.list_(pa.int64())),
+            pa.field("segment_id", pa.int32(), nullable=False),  # map; -1: merged into another point
             pa.field("x_in_world_m", _F64_LIST),  # 3 floats, map units, tracking estimate (BA input)
         ]
     ),
@@ -358,7 +363,7 @@ CAMERA_POSES = TableSchema(
             *_WORLD_FROM_CAM,  # final pose; null only when no frame of the episode could be posed
             # keyframe | motion_only | rotation_only | interpolated
             pa.field("pose_quality", pa.string(), nullable=False),
-            pa.field("tracking_state", pa.string(), nullable=False),  # lost | static | tracking
+            pa.field("tracking_state", pa.string(), nullable=False),  # lost | static | tracking | rotation_only
             pa.field("segment_id", pa.int32(), nullable=False),
             pa.field("is_keyframe", pa.bool_(), nullable=False),
             pa.field("num_inliers", pa.int32()),  # inliers of the final pose

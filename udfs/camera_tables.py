@@ -137,10 +137,8 @@ def keyframes_from_rows(rows: pd.DataFrame) -> list[Keyframe]:
     ]
 
 
-def point_rows(
-    episode_id: str, points: np.ndarray, track_id: np.ndarray | None = None, segment: np.ndarray | None = None
-) -> pd.DataFrame:
-    """`map_points` rows (with `track_id` and `segment`) or `ba_points` rows (points only) of ``(P, 3)``."""
+def point_rows(episode_id: str, points: np.ndarray, result: TrackingResult | None = None) -> pd.DataFrame:
+    """`ba_points` rows of points ``(P, 3)``, or `map_points` rows with the tracks and maps of ``result``."""
     df = pd.DataFrame(
         {
             "episode_id": episode_id,
@@ -148,9 +146,13 @@ def point_rows(
             "x_in_world_m": list(np.asarray(points, np.float64)),
         }
     )
-    if track_id is not None and segment is not None:
-        df["track_id"] = np.asarray(track_id, np.int64)
-        df["segment_id"] = np.asarray(segment, np.int32)
+    if result is not None:
+        aliases: list[list[int]] = [[] for _ in range(len(points))]
+        for track, point in result.point_aliases.items():
+            aliases[point].append(track)
+        df["track_id"] = np.asarray(result.point_track_id, np.int64)
+        df["alias_track_ids"] = [np.asarray(a, np.int64) for a in aliases]
+        df["segment_id"] = np.asarray(result.point_segment, np.int32)
     return df
 
 
@@ -192,4 +194,9 @@ def tracking_result_from_rows(
         point_track_id=meta["track_id"].to_numpy(np.int64),
         point_segment=meta["segment_id"].to_numpy(np.int32),
         keyframes=keyframes_from_rows(keyframes),
+        point_aliases={
+            int(track): int(point)
+            for point, tracks in zip(meta["point_idx"], meta["alias_track_ids"], strict=True)
+            for track in (tracks if tracks is not None else ())
+        },
     )

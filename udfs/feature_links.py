@@ -103,6 +103,6 @@ def link_shards(shards: list[ShardFeatures], max_px: float) -> tuple[list[FrameF
                 raise EgolakeError(f"no features for frame {len(out)} (shard owning {own_start}..)")
             feat = feats[f]
             ids = np.fromiter((uf.find(int(t)) for t in feat.track_ids), np.int64, len(feat.track_ids))
-            out.append(FrameFeatures(f, ids, feat.uv_px))
+            out.append(feat.with_track_ids(ids))
     logger.debug("linked %d tracks over %d shard boundaries", links, max(len(shards) - 1, 0))
     return out, links

@@ -53,8 +53,8 @@ def shard_outputs(shard: pd.DataFrame, decode: DecodeOptions, features: FeatureO
     frame_parts, feature_rows = [], []
     for chunk in iter_frames(s.source_path, start, stop, decode):
         for frame_idx, rgb in zip(chunk.frame_idx, chunk.frames, strict=True):
-            ids, uv = tracker.step(int(frame_idx), cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)).to_flat()
-            feature_rows.append((int(frame_idx), own_start <= frame_idx < own_stop, ids, uv))
+            ids, uv, desc = tracker.step(int(frame_idx), cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)).to_flat()
+            feature_rows.append((int(frame_idx), own_start <= frame_idx < own_stop, ids, uv, desc))
         owned = (chunk.frame_idx >= own_start) & (chunk.frame_idx < own_stop)
         if owned.any():
             frame_parts.append(_frame_rows(s, chunk.frames[owned], chunk.frame_idx[owned], chunk.ts_s[owned]))
@@ -73,6 +73,7 @@ def shard_outputs(shard: pd.DataFrame, decode: DecodeOptions, features: FeatureO
             "owned": np.array([r[1] for r in feature_rows], bool),
             "track_ids": [r[2] for r in feature_rows],
             "uv_px": [r[3] for r in feature_rows],
+            "descriptors": [r[4] for r in feature_rows],
         }
     )
     return stack_tables([(FRAMES, frames), (FEATURES, feats)])

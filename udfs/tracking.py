@@ -123,8 +123,10 @@ def episode_features(view: pd.DataFrame, link_max_px: float, hand_margin_px: flo
     shards = []
     for _, rows in view.sort_values(["shard_idx", "frame_idx"]).groupby("shard_idx", sort=True):
         feats = {
-            int(f): FrameFeatures.from_flat(int(f), np.asarray(ids, np.int64), np.asarray(uv, np.float32))
-            for f, ids, uv in zip(rows["frame_idx"], rows["track_ids"], rows["uv_px"], strict=True)
+            int(f): FrameFeatures.from_flat(int(f), np.asarray(ids, np.int64), np.asarray(uv, np.float32), d)
+            for f, ids, uv, d in zip(
+                rows["frame_idx"], rows["track_ids"], rows["uv_px"], rows["descriptors"], strict=True
+            )
         }
         owned = rows.loc[rows["owned"], "frame_idx"]
         shards.append((feats, int(owned.min()), int(owned.max()) + 1))
@@ -155,7 +157,7 @@ def _drop_in_boxes(feat: FrameFeatures, boxes_flat: object, margin_px: float) ->
         & (v >= boxes[:, 1] - margin_px)
         & (v <= boxes[:, 3] + margin_px)
     ).any(axis=1)
-    return FrameFeatures(feat.frame_idx, feat.track_ids[~inside], feat.uv_px[~inside])
+    return feat.select(~inside)
 
 
 def tracking_unit(view: pd.DataFrame, opts: CameraTrackingOptions) -> pd.DataFrame:
@@ -192,7 +194,7 @@ def tracking_unit(view: pd.DataFrame, opts: CameraTrackingOptions) -> pd.DataFra
             (KEYFRAMES, keyframe_rows(episode, result.keyframes, result.segment_id)),
             (
                 MAP_POINTS,
-                point_rows(episode, result.points_in_world, result.point_track_id, result.point_segment),
+                point_rows(episode, result.points_in_world, result),
             ),
         ]
     )

@@ -4,8 +4,13 @@ Why KLT tracks and not ORB or SIFT: between consecutive video frames the motion 
 pyramidal Lucas-Kanade gives sub-pixel correspondences with identities for free (no descriptor
 matching), about 10 ms per 640x480 frame on one core with a forward-backward check; ORB is 2-3x
 slower per frame once matching is included and its corners are pixel-quantised, SIFT is ~10x
-slower. ``bench/camera_poses.py`` measures the three. Descriptors would be needed to re-find a
-track after it is lost (loop closure); that is not done here.
+slower. ``bench/camera_poses.py`` measures the three.
+
+Descriptors re-find a place after its tracks are gone (relocalisation, loop closure, joining
+segments): every ``descriptor_every_frames``-th frame (by ``frame_idx``, so shards agree) gets an
+upright ORB descriptor (256 bits, 31-px patch at full resolution, ~1 ms for 500 tracks) at each
+track's position. Upright because head-mounted cameras barely roll and an upright descriptor tells
+more places apart; single-scale because the tracks are found at one scale.
 
 New corners are found only where they are needed: the image is cut into square cells of
 ``cell_px``; FAST corners are detected once per top-up and each cell without a live track gets
@@ -28,7 +33,13 @@ import numpy as np
 from pose_core.errors import ShapeError
 
 __all__ = [
-    "FeatureOptions", "FrameFeatures", "HandRegion", "KltTracker", "extract_features", "hand_mask_from_boxes",
+    "DESCRIPTOR_BYTES",
+    "FeatureOptions",
+    "FrameFeatures",
+    "HandRegion",
+    "KltTracker",
+    "extract_features",
+    "hand_mask_from_boxes",
 ]
 
 logger = logging.getLogger(__name__)
@@ -54,6 +65,14 @@ class FeatureOptions:
     max_fb_error_px: float = 1.0
     # image border in which no corner is detected, pixels
     border_px: int = 8
+    # every this many frames (frame_idx % n == 0) the tracks get ORB descriptors (relocalisation, loop
+    # closure); 0: never
+    descriptor_every_frames: int = 5
+
+
+#: Bytes of one ORB descriptor.
+DESCRIPTOR_BYTES = 32
+_ORB_PATCH_PX = 31  # ORB's patch side at full resolution, pixels
 
 
 @dataclass(frozen=True)
@@ -64,28 +83,63 @@ class FrameFeatures:
         frame_idx: 0-based frame index in decode order.
         track_ids: persistent id of each track, unique within an episode, shape ``(N,)`` int64.
         uv_px: distorted pixel position of each track, shape ``(N, 2)`` float32.
+        descriptors: ORB descriptor of each track, ``(N, 32)`` uint8, an all-zero row where the track
+            has none (too near the border); None on frames without descriptors.
     """
 
     frame_idx: int
     track_ids: np.ndarray
     uv_px: np.ndarray
+    descriptors: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.track_ids)
         if np.shape(self.uv_px) != (n, 2):
             raise ShapeError("FrameFeatures.uv_px", np.shape(self.uv_px), f"({n}, 2)")
+        if self.descriptors is not None and np.shape(self.descriptors) != (n, DESCRIPTOR_BYTES):
+            expected = f"({n}, {DESCRIPTOR_BYTES})"
+            raise ShapeError("FrameFeatures.descriptors", np.shape(self.descriptors), expected)
 
-    def to_flat(self) -> tuple[np.ndarray, np.ndarray]:
-        """Compact columns for one table row: ``track_ids (N,) int64`` and ``uv_px (2N,) float32``."""
-        return self.track_ids.astype(np.int64), self.uv_px.astype(np.float32).reshape(-1)
+    def select(self, keep: np.ndarray) -> FrameFeatures:
+        """The tracks picked by a bool mask or index array ``keep``, descriptors kept aligned."""
+        desc = None if self.descriptors is None else self.descriptors[keep]
+        return FrameFeatures(self.frame_idx, self.track_ids[keep], self.uv_px[keep], desc)
+
+    def with_track_ids(self, track_ids: np.ndarray) -> FrameFeatures:
+        """The same tracks under other ids ``(N,)`` (e.g. linked across shards)."""
+        return FrameFeatures(self.frame_idx, np.asarray(track_ids, np.int64), self.uv_px, self.descriptors)
+
+    def described(self) -> tuple[np.ndarray, np.ndarray]:
+        """Indices ``(D,)`` of the tracks with a descriptor and their descriptors ``(D, 32)``."""
+        if self.descriptors is None:
+            return np.zeros(0, np.int64), np.zeros((0, DESCRIPTOR_BYTES), np.uint8)
+        idx = np.nonzero(self.descriptors.any(axis=1))[0]
+        return idx, self.descriptors[idx]
+
+    def to_flat(self) -> tuple[np.ndarray, np.ndarray, bytes | None]:
+        """Compact columns for one table row.
+
+        Returns:
+            ``track_ids (N,) int64``, ``uv_px (2N,) float32`` and the descriptors as ``32 N`` bytes (None
+            when the frame has none).
+        """
+        desc = None if self.descriptors is None else self.descriptors.astype(np.uint8).tobytes()
+        return self.track_ids.astype(np.int64), self.uv_px.astype(np.float32).reshape(-1), desc
 
     @classmethod
-    def from_flat(cls, frame_idx: int, track_ids: np.ndarray, uv_px_flat: np.ndarray) -> FrameFeatures:
+    def from_flat(cls, frame_idx: int, track_ids: np.ndarray, uv_px_flat: np.ndarray,
+                  descriptors: bytes | None = None) -> FrameFeatures:
         """Inverse of ``to_flat``."""
         uv = np.asarray(uv_px_flat, dtype=np.float32)
         if uv.size != 2 * len(track_ids):
             raise ShapeError("uv_px_flat", uv.shape, f"({2 * len(track_ids)},)")
-        return cls(int(frame_idx), np.asarray(track_ids, dtype=np.int64), uv.reshape(-1, 2))
+        desc = None
+        if descriptors is not None:
+            desc = np.frombuffer(descriptors, np.uint8)
+            if desc.size != DESCRIPTOR_BYTES * len(track_ids):
+                raise ShapeError("descriptors", desc.shape, f"({DESCRIPTOR_BYTES * len(track_ids)},)")
+            desc = desc.reshape(-1, DESCRIPTOR_BYTES)
+        return cls(int(frame_idx), np.asarray(track_ids, dtype=np.int64), uv.reshape(-1, 2), desc)
 
 
 class KltTracker:
@@ -102,10 +156,12 @@ class KltTracker:
         self._prev_img: np.ndarray | None = None
         self._prev_uv = np.zeros((0, 2), np.float32)
         self._prev_ids = np.zeros(0, np.int64)
+        self._prev_flow = np.zeros((0, 2), np.float32)  # last motion of each tracked point, pixels
         w = self.opts.window_px
         self._lk = {"winSize": (w, w), "maxLevel": self.opts.pyramid_levels,
                     "criteria": (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 20, 0.03)}
         self._fast = cv2.FastFeatureDetector_create(self.opts.fast_threshold)
+        self._orb = cv2.ORB_create(nlevels=1, edgeThreshold=_ORB_PATCH_PX // 2 + 4, patchSize=_ORB_PATCH_PX)
 
     def step(self, frame_idx: int, gray: np.ndarray, hand_mask: np.ndarray | None = None) -> FrameFeatures:
         """Track the previous frame's points into ``gray`` and top up with new corners.
@@ -126,30 +182,55 @@ class KltTracker:
             raise ShapeError("gray", gray.shape, "(H, W)")
         if hand_mask is not None and hand_mask.shape != gray.shape:
             raise ShapeError("hand_mask", hand_mask.shape, str(gray.shape))
-        uv, ids = self._track(gray)
+        uv, ids, flow = self._track(gray)
         if hand_mask is not None and len(uv):
             ui = np.clip(uv[:, 0].round().astype(int), 0, gray.shape[1] - 1)
             vi = np.clip(uv[:, 1].round().astype(int), 0, gray.shape[0] - 1)
             keep = ~hand_mask[vi, ui]
-            uv, ids = uv[keep], ids[keep]
+            uv, ids, flow = uv[keep], ids[keep], flow[keep]
         if len(uv) < self.opts.redetect_ratio * self.opts.max_features:
+            n_old = len(uv)
             uv, ids = self._top_up(gray, uv, ids, hand_mask)
-        self._prev_img, self._prev_uv, self._prev_ids = gray, uv, ids
-        return FrameFeatures(frame_idx, ids.copy(), uv.copy())
+            median = np.median(flow, axis=0) if len(flow) else np.zeros(2, np.float32)
+            flow = np.concatenate([flow, np.tile(median, (len(uv) - n_old, 1))]).astype(np.float32)
+        self._prev_img, self._prev_uv, self._prev_ids, self._prev_flow = gray, uv, ids, flow
+        every = self.opts.descriptor_every_frames
+        desc = self._describe(gray, uv) if every > 0 and frame_idx % every == 0 else None
+        return FrameFeatures(frame_idx, ids.copy(), uv.copy(), desc)
 
-    def _track(self, gray: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _describe(self, gray: np.ndarray, uv: np.ndarray) -> np.ndarray:
+        """Upright ORB descriptors ``(N, 32)`` at ``uv (N, 2)``; zero rows where ORB drops the point."""
+        out = np.zeros((len(uv), DESCRIPTOR_BYTES), np.uint8)
+        if len(uv) == 0:
+            return out
+        points = [cv2.KeyPoint(float(u), float(v), _ORB_PATCH_PX, 0.0, 0.0, 0, i)
+                  for i, (u, v) in enumerate(uv.tolist())]
+        kept, desc = self._orb.compute(gray, points)
+        if desc is not None and len(kept):
+            out[[k.class_id for k in kept]] = desc
+        return out
+
+    def _track(self, gray: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Track the previous points into ``gray``: positions ``(N, 2)``, ids ``(N,)`` and motions ``(N, 2)``.
+
+        Each search starts where the point's last motion (for a new track, the median motion) predicts
+        it, so a fast turn's 50-100 px per frame stay within the pyramid's reach.
+        """
         if self._prev_img is None or len(self._prev_uv) == 0:
-            return np.zeros((0, 2), np.float32), np.zeros(0, np.int64)
+            return np.zeros((0, 2), np.float32), np.zeros(0, np.int64), np.zeros((0, 2), np.float32)
         p0 = self._prev_uv.reshape(-1, 1, 2)
-        p1, st1, _ = cv2.calcOpticalFlowPyrLK(self._prev_img, gray, p0, None, **self._lk)
-        p0r, st2, _ = cv2.calcOpticalFlowPyrLK(gray, self._prev_img, p1, None, **self._lk)
+        guess = (self._prev_uv + self._prev_flow).reshape(-1, 1, 2).astype(np.float32)
+        start = cv2.OPTFLOW_USE_INITIAL_FLOW
+        p1, st1, _ = cv2.calcOpticalFlowPyrLK(self._prev_img, gray, p0, guess, flags=start, **self._lk)
+        p0r, st2, _ = cv2.calcOpticalFlowPyrLK(gray, self._prev_img, p1, p0.copy(), flags=start, **self._lk)
         fb = np.linalg.norm((p0r - p0).reshape(-1, 2), axis=1)
         uv = p1.reshape(-1, 2)
         h, w = gray.shape
         b = self.opts.border_px / 2
         inside = (uv[:, 0] >= b) & (uv[:, 0] < w - b) & (uv[:, 1] >= b) & (uv[:, 1] < h - b)
         keep = (st1.ravel() == 1) & (st2.ravel() == 1) & (fb < self.opts.max_fb_error_px) & inside
-        return uv[keep].astype(np.float32), self._prev_ids[keep]
+        flow = (uv - self._prev_uv)[keep].astype(np.float32)
+        return uv[keep].astype(np.float32), self._prev_ids[keep], flow
 
     def _top_up(
         self, gray: np.ndarray, uv: np.ndarray, ids: np.ndarray, hand_mask: np.ndarray | None

@@ -1,9 +1,14 @@
 """The map tracking builds: keyframes, triangulated points keyed by track id, and their refinement.
 
-``MapPoints`` holds the points of every segment (growable arrays, one row per point, plus a
-track id -> point index table); ``FirstSeen`` remembers where each live track was first seen in a
-keyframe so that a track is triangulated over the longest baseline it has, not only inside the
-local window; ``refine_keyframes`` bundle-adjusts a list of keyframes and drops outlier
+``MapPoints`` holds the points of every map (growable arrays, one row per point, plus a track id ->
+point index table). A point also carries two ORB descriptors of its track, its first and its latest
+look (for relocalisation after a short loss the latest matches best, for a place revisited later
+the first: the latest look is often the blurred, oblique view of the turn that left the place),
+the keyframe that created it (loop correction moves a point with it) and, after relocalisation or
+merging, further track ids that see it (``aliases``). ``FirstSeen`` remembers where each live track
+was first seen in a keyframe so that a track is triangulated over the longest baseline it has, not
+only inside the local window;
+``refine_keyframes`` bundle-adjusts a list of keyframes (some held fixed) and drops outlier
 observations. All poses are ``cam_from_world (4, 4)``; observations are undistorted normalised
 coordinates ``(x/z, y/z)``.
 """
@@ -11,21 +16,25 @@ coordinates ``(x/z, y/z)``.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from pose_core.camera_poses.ba import BAOptions, BAProblem, BAResult, bundle_adjust
+from pose_core.camera_poses.features import DESCRIPTOR_BYTES
 from pose_core.geometry.rigid3 import invert_rigid_matrices
 
 __all__ = ["FirstSeen", "Keyframe", "MapPoints", "refine_keyframes"]
 
 logger = logging.getLogger(__name__)
 
+#: ``MapPoints.segment`` of a point merged into another one: never looked up again.
+MERGED = -1
+
 
 @dataclass
 class Keyframe:
-    """A keyframe of a segment: pose and the map points it observes.
+    """A keyframe of a map: pose and the map points it observes.
 
     Attributes:
         frame_idx: frame index.
@@ -41,34 +50,75 @@ class Keyframe:
 
 
 class MapPoints:
-    """Growable map points with their track id and segment; track id -> latest point."""
+    """Growable map points with track id, map (``segment``), descriptor and creating keyframe."""
 
     def __init__(self) -> None:
+        self.n = 0
         self.points = np.zeros((1024, 3))
         self.track_id = np.zeros(1024, np.int64)
         self.segment = np.zeros(1024, np.int32)
-        self.n = 0
+        self.ref_keyframe = np.zeros(1024, np.int64)
+        self.descriptor = np.zeros((1024, DESCRIPTOR_BYTES), np.uint8)  # latest look
+        self.first_descriptor = np.zeros((1024, DESCRIPTOR_BYTES), np.uint8)
+        self.has_descriptor = np.zeros(1024, bool)
+        self.aliases: dict[int, int] = {}  # further track id -> point
         self._by_track: dict[int, int] = {}
 
     def lookup(self, track_ids: np.ndarray, segment: int) -> np.ndarray:
-        """Map point of each track in ``segment``, -1 where there is none, ``(N,)`` int64."""
+        """Map point of each track in map ``segment``, -1 where there is none, ``(N,)`` int64."""
         get = self._by_track.get
         out = np.fromiter((get(t, -1) for t in track_ids.tolist()), np.int64, len(track_ids))
         out[(out >= 0) & (self.segment[np.maximum(out, 0)] != segment)] = -1
         return out
 
-    def add(self, x_in_world: np.ndarray, track_ids: np.ndarray, segment: int) -> np.ndarray:
+    def add(
+        self, x_in_world: np.ndarray, track_ids: np.ndarray, segment: int, ref_keyframe: int
+    ) -> np.ndarray:
         """Append points ``(K, 3)`` of ``track_ids (K,)``; returns their indices ``(K,)``."""
         k = len(x_in_world)
         while self.n + k > len(self.points):
-            self.points = np.concatenate([self.points, np.zeros_like(self.points)])
-            self.track_id = np.concatenate([self.track_id, np.zeros_like(self.track_id)])
-            self.segment = np.concatenate([self.segment, np.zeros_like(self.segment)])
+            for name in (
+                "points",
+                "track_id",
+                "segment",
+                "ref_keyframe",
+                "descriptor",
+                "first_descriptor",
+                "has_descriptor",
+            ):
+                arr = getattr(self, name)
+                setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
         idx = np.arange(self.n, self.n + k)
         self.points[idx], self.track_id[idx], self.segment[idx] = x_in_world, track_ids, segment
+        self.ref_keyframe[idx], self.has_descriptor[idx] = ref_keyframe, False
         self._by_track.update(zip(track_ids.tolist(), idx.tolist(), strict=True))
         self.n += k
         return idx
+
+    def alias(self, track_ids: np.ndarray, point_idx: np.ndarray) -> None:
+        """Let ``track_ids (K,)`` see the existing points ``point_idx (K,)`` (relocalisation, merges)."""
+        pairs = dict(zip(track_ids.tolist(), point_idx.tolist(), strict=True))
+        self._by_track.update(pairs)
+        self.aliases.update(pairs)
+
+    def merge(self, dup_idx: np.ndarray, into_idx: np.ndarray) -> None:
+        """Merge points ``dup_idx (K,)`` into ``into_idx (K,)``: their tracks see the kept points."""
+        remap = dict(zip(dup_idx.tolist(), into_idx.tolist(), strict=True))
+        followers = {t: remap[p] for t, p in self.aliases.items() if p in remap}  # aliases of a merged point
+        self.alias(self.track_id[dup_idx], into_idx)
+        self._by_track.update(followers)
+        self.aliases.update(followers)
+        self.segment[dup_idx] = MERGED
+
+    def set_descriptors(self, point_idx: np.ndarray, descriptors: np.ndarray) -> None:
+        """Store the latest descriptors ``(K, 32)`` of points ``(K,)`` (the first one too, if it is)."""
+        first = point_idx[~self.has_descriptor[point_idx]]
+        self.first_descriptor[first] = descriptors[~self.has_descriptor[point_idx]]
+        self.descriptor[point_idx], self.has_descriptor[point_idx] = descriptors, True
+
+    def live(self) -> np.ndarray:
+        """Indices of the points not merged into another, ``(P,)``."""
+        return np.nonzero(self.segment[: self.n] != MERGED)[0]
 
 
 class FirstSeen:
@@ -101,17 +151,23 @@ class FirstSeen:
 
 
 def refine_keyframes(
-    keyframes: list[Keyframe], points: np.ndarray, focal_px: float, n_fixed: int,
-    opts: BAOptions, outlier_px: float, refine_focal: bool = False,
+    keyframes: list[Keyframe],
+    points: np.ndarray,
+    focal_px: float,
+    fixed: np.ndarray | int,
+    opts: BAOptions,
+    outlier_px: float,
+    refine_focal: bool = False,
 ) -> BAResult | None:
     """Bundle-adjust keyframes and the points they observe, in place; drop outlier observations.
 
     Args:
-        keyframes: keyframes of one segment, oldest first; poses and observations are updated.
+        keyframes: keyframes, oldest first; poses and observations are updated.
         points: all map points ``(P, 3)``; the observed ones are updated.
         focal_px: focal length, pixels.
-        n_fixed: 1 fixes the first keyframe and the scale (largest translation coordinate of the
-            second); 2 fixes the first two keyframes.
+        fixed: which keyframes keep their pose: a bool mask ``(len(keyframes),)``, or an int ``n``
+            for the first ``n``. With fewer than two fixed keyframes the scale is fixed too (the
+            largest translation coordinate of the first free keyframe relative to the first one).
         opts: solver options.
         outlier_px: observations with a final residual above this are removed from the keyframes.
             Points seen by only one of ``keyframes`` are left out of the problem (no depth constraint).
@@ -119,26 +175,43 @@ def refine_keyframes(
             accepted the keyframes' observations are renormalised with it (divided by ``focal_scale``).
 
     Returns:
-        The solver result, or None when there are fewer than two keyframes (nothing to adjust).
+        The solver result, or None when there is nothing to adjust (fewer than two keyframes, or no
+        point seen twice).
     """
     if len(keyframes) < 2:
         return None
     cam_idx = np.repeat(np.arange(len(keyframes)), [len(k.point_idx) for k in keyframes])
     glob_pt = np.concatenate([k.point_idx for k in keyframes])
-    used, local_pt, views = np.unique(glob_pt, return_inverse=True, return_counts=True)
+    _, local_pt, views = np.unique(glob_pt, return_inverse=True, return_counts=True)
     multi = views[local_pt] >= 2  # a point seen once here has no depth constraint: held fixed, left out
+    if not multi.any():
+        return None
     used, local_pt = np.unique(glob_pt[multi], return_inverse=True)
     cfw = np.stack([k.cam_from_world for k in keyframes])
-    fixed = np.zeros((len(keyframes), 6), dtype=bool)
-    fixed[0] = True
-    if n_fixed >= 2:
-        fixed[1] = True
+    fixed_kf = np.zeros(len(keyframes), bool)
+    if isinstance(fixed, (int, np.integer)):
+        fixed_kf[: max(int(fixed), 1)] = True
     else:
-        rel_t = (cfw[1] @ invert_rigid_matrices(cfw[0]))[:3, 3]
-        fixed[1, 3 + int(np.argmax(np.abs(rel_t)))] = True
+        fixed_kf[:] = fixed
+    if not fixed_kf.any():
+        fixed_kf[0] = True
+    params = np.repeat(fixed_kf[:, None], 6, axis=1)
+    if np.count_nonzero(fixed_kf) < 2 and not fixed_kf.all():
+        ref, free = int(np.argmax(fixed_kf)), int(np.argmin(fixed_kf))
+        rel_t = (cfw[free] @ invert_rigid_matrices(cfw[ref]))[:3, 3]
+        params[free, 3 + int(np.argmax(np.abs(rel_t)))] = True
     xy = np.concatenate([k.xy for k in keyframes])[multi]
-    prob = BAProblem(cfw[:, :3, :3].copy(), cfw[:, :3, 3].copy(), points[used].copy(), cam_idx[multi],
-                     local_pt, xy, fixed, focal_px, refine_focal)
+    prob = BAProblem(
+        cfw[:, :3, :3].copy(),
+        cfw[:, :3, 3].copy(),
+        points[used].copy(),
+        cam_idx[multi],
+        local_pt,
+        xy,
+        params,
+        focal_px,
+        refine_focal,
+    )
     res = bundle_adjust(prob, opts)
     points[used] = res.points
     keep = np.ones(len(glob_pt), bool)
@@ -147,7 +220,72 @@ def refine_keyframes(
     for i, k in enumerate(keyframes):
         k.cam_from_world = np.eye(4)
         k.cam_from_world[:3, :3], k.cam_from_world[:3, 3] = res.rotation[i], res.translation[i]
-        sel = keep[start:start + len(k.point_idx)]
+        sel = keep[start : start + len(k.point_idx)]
         k.point_idx, k.xy = k.point_idx[sel], k.xy[sel] / res.focal_scale
         start += len(sel)
     return res
+
+
+@dataclass
+class FrameRow:
+    """Tracking's record of one frame (``TrackingResult`` is built from these).
+
+    Attributes:
+        cam_from_world: pose ``(4, 4)``, NaN when the frame has none.
+        state: ``TrackingState`` value.
+        segment: map the pose is expressed in (maps merged later are relabelled at the end).
+        is_keyframe: whether the frame is a keyframe.
+        num_inliers: map-point inliers (shared rays before initialisation).
+        reproj_error_px: RMS reprojection error of the inliers, NaN when unknown.
+    """
+
+    cam_from_world: np.ndarray
+    state: int
+    segment: int
+    is_keyframe: bool
+    num_inliers: int
+    reproj_error_px: float
+
+
+@dataclass
+class Atlas:
+    """Every map of an episode (ORB-SLAM's Atlas): keyframes, their map, the points and the frame rows.
+
+    Keyframes of all maps share one list in frame order (``keyframe_segment`` says whose they are);
+    points carry their map in ``points.segment``; frame rows carry the map their pose is in.
+    ``bridges`` are pairs of consecutive keyframes of one map (indices into ``keyframes``) joined by
+    a turn tracked by rotation alone: their relative rotation is known, their relative translation
+    and scale only guessed.
+    """
+
+    points: MapPoints
+    keyframes: list[Keyframe]
+    keyframe_segment: list[int]
+    rows: list[FrameRow]
+    bridges: list[tuple[int, int]] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls) -> Atlas:
+        """An atlas without maps."""
+        return cls(MapPoints(), [], [], [])
+
+    def segment_keyframes(self, segment: int) -> list[int]:
+        """Indices (into ``keyframes``) of the keyframes of map ``segment``, oldest first."""
+        return [i for i, s in enumerate(self.keyframe_segment) if s == segment]
+
+    def segment_points(self, segment: int) -> np.ndarray:
+        """Indices of the (unmerged) points of map ``segment``."""
+        return np.nonzero(self.points.segment[: self.points.n] == segment)[0]
+
+    def merge_points(self, dup_idx: np.ndarray, into_idx: np.ndarray) -> None:
+        """Merge points ``dup_idx (K,)`` into ``into_idx (K,)`` in the points and every keyframe."""
+        if len(dup_idx) == 0:
+            return
+        self.points.merge(dup_idx, into_idx)
+        remap = np.arange(self.points.n)
+        remap[dup_idx] = into_idx
+        for kf in self.keyframes:
+            idx = remap[kf.point_idx]
+            _, first = np.unique(idx, return_index=True)  # a keyframe sees a point once
+            first.sort()
+            kf.point_idx, kf.xy = idx[first], kf.xy[first]

@@ -17,14 +17,36 @@ def _shifted_pair(dx=3.0, dy=-2.0):
 
 
 def test_flat_roundtrip():
-    feat = FrameFeatures(7, np.array([3, 9, 12]), np.array([[1.5, 2.0], [3.0, 4.25], [5.0, 6.0]], np.float32))
-    ids, uv = feat.to_flat()
-    assert ids.dtype == np.int64 and uv.dtype == np.float32 and uv.shape == (6,)
-    back = FrameFeatures.from_flat(7, ids, uv)
+    desc = np.arange(96, dtype=np.uint8).reshape(3, 32)
+    uv = np.array([[1.5, 2.0], [3.0, 4.25], [5.0, 6.0]], np.float32)
+    feat = FrameFeatures(7, np.array([3, 9, 12]), uv, desc)
+    ids, uv, raw = feat.to_flat()
+    assert ids.dtype == np.int64 and uv.dtype == np.float32 and uv.shape == (6,) and len(raw) == 96
+    back = FrameFeatures.from_flat(7, ids, uv, raw)
     np.testing.assert_array_equal(back.track_ids, feat.track_ids)
     np.testing.assert_array_equal(back.uv_px, feat.uv_px)
+    np.testing.assert_array_equal(back.descriptors, desc)
+    assert FrameFeatures.from_flat(7, ids, uv).descriptors is None
     with pytest.raises(ShapeError):
         FrameFeatures.from_flat(7, ids, uv[:-1])
+    with pytest.raises(ShapeError):
+        FrameFeatures.from_flat(7, ids, uv, raw[:-1])
+
+
+def test_descriptors_every_nth_frame_follow_the_tracks():
+    img0, img1 = _shifted_pair(dx=2.0, dy=1.0)
+    tracker = KltTracker(FeatureOptions(descriptor_every_frames=2))
+    f0, f1, f2 = tracker.step(0, img0), tracker.step(1, img1), tracker.step(2, img1)
+    assert f1.descriptors is None and f0.descriptors is not None and f2.descriptors is not None
+    i0, d0 = f0.described()
+    assert len(i0) > 0.8 * len(f0.track_ids)  # only tracks near the border have none
+    # a track's descriptor is nearly the same two frames later (the image moved by 2 px)
+    _, a, b = np.intersect1d(f0.track_ids[i0], f2.track_ids, return_indices=True)
+    same = np.unpackbits(d0[a] ^ f2.descriptors[b], axis=1).sum(axis=1)
+    other = np.unpackbits(d0[a] ^ np.roll(f2.descriptors[b], 1, axis=0), axis=1).sum(axis=1)
+    assert np.median(same) < 30 and np.median(other) > 90
+    kept = f0.select(f0.uv_px[:, 0] > 100)
+    np.testing.assert_array_equal(kept.descriptors, f0.descriptors[f0.uv_px[:, 0] > 100])
 
 
 def test_klt_recovers_known_shift():

@@ -62,26 +62,28 @@ def test_kitti_640x480(kitti_gt):
     assert evaluate_trajectory(done.world_from_cam, kitti_gt).ate_pct_of_path <= 0.3
 
 
-def test_tracking_loss_marks_frames_and_reinitialises(kitti_features, kitti_gt):
-    # frames 20-21 see nothing (e.g. a covered lens): tracks restart with fresh ids afterwards
+def _blackout(kitti_features, keep_descriptors):
+    """Frames 20-21 see nothing (e.g. a covered lens); tracks restart with fresh ids afterwards."""
     feats = []
     for f in kitti_features:
         if f.frame_idx in (20, 21):
             feats.append(FrameFeatures(f.frame_idx, np.zeros(0, np.int64), np.zeros((0, 2), np.float32)))
         elif f.frame_idx > 21:
-            feats.append(FrameFeatures(f.frame_idx, f.track_ids + 10**7, f.uv_px))
+            fresh = f.with_track_ids(f.track_ids + 10**7)
+            feats.append(fresh if keep_descriptors else FrameFeatures(f.frame_idx, fresh.track_ids, f.uv_px))
         else:
             feats.append(f)
-    tracked, _, done = _run(feats, KITTI_CAM)
+    return feats
+
+
+def test_tracking_loss_without_descriptors_starts_a_new_map(kitti_features, kitti_gt):
+    tracked, _, done = _run(_blackout(kitti_features, keep_descriptors=False), KITTI_CAM)
     assert tracked.state[20] == TrackingState.LOST
-    assert tracked.segment_id[-1] >= 1 and tracked.segment_id[19] == 0
+    assert tracked.segment_id[-1] == 1 and tracked.segment_id[19] == 0
     assert (tracked.state[25:] == TrackingState.TRACKING).all()
     assert np.isfinite(done.world_from_cam).all()
-    assert done.quality[20] == PoseQuality.INTERPOLATED
-    # no track survived the loss, so the maps share nothing: the segment is labelled, not joined
-    assert len(tracked.joins) == 1 and tracked.joins[0].joined_to == tracked.joins[0].segment
-    assert tracked.joins[0].shared_points == 0
-    # each segment on its own is accurate (segments are not joined: scale differs between them)
+    # nothing ties the two maps together: they stay apart, each accurate on its own (scale differs)
+    assert tracked.relocalisations == 0 and tracked.joins == []
     for sl in (slice(0, 20), slice(23, 51)):
         assert evaluate_trajectory(done.world_from_cam[sl], kitti_gt[sl]).ate_pct_of_path <= 0.5
 
@@ -96,18 +98,14 @@ def test_euroc_static_no_invented_motion():
     assert rotation_drift_deg(done.world_from_cam) < 0.5
 
 
-def test_segment_joined_after_partial_loss(kitti_features, kitti_gt):
+def test_map_found_again_by_surviving_tracks(kitti_features, kitti_gt):
     # frame 20 keeps only 12 tracks (e.g. the view mostly covered): the map is lost there, but the
-    # tracks reappear, so the new segment's map shares tracks with the old one and is joined by Sim(3)
-    feats = [FrameFeatures(20, f.track_ids[:12], f.uv_px[:12]) if f.frame_idx == 20 else f
-             for f in kitti_features]
+    # tracks reappear in frame 21, which finds its map points again by track id: no new map
+    feats = [f.select(np.arange(12)) if f.frame_idx == 20 else f for f in kitti_features]
     tracked, _, done = _run(feats, KITTI_CAM)
-    assert tracked.state[20] == TrackingState.LOST
-    assert len(tracked.joins) == 1
-    join = tracked.joins[0]
-    assert join.joined_to == 0 and join.inliers >= 30 and 0.5 < join.scale < 2.0
+    assert tracked.state[20] == TrackingState.LOST and tracked.state[21] == TrackingState.TRACKING
+    assert tracked.relocalisations == 1
     assert (tracked.segment_id == 0).all()
     assert np.isfinite(done.world_from_cam).all()
     assert done.quality[20] == PoseQuality.INTERPOLATED
-    # one trajectory in one frame and scale: accurate over the whole sequence
     assert evaluate_trajectory(done.world_from_cam, kitti_gt).ate_pct_of_path <= 0.3

@@ -47,6 +47,7 @@ def _run(feats, calibration_json: str | None, copts: CompletionOptions) -> tuple
         "owned": True,
         "track_ids": [f.track_ids for f in feats],
         "uv_px": [f.uv_px.reshape(-1) for f in feats],
+        "descriptors": None,
         "calibration_json": calibration_json,
         "width": np.int32(WIDTH),
         "height": np.int32(HEIGHT),
