@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from pose_core.synth.scene import SceneOptions
 from pose_core.synth.smooth import SmoothSignal
-from pose_core.synth.trajectory import HeadTrajectory
+from pose_core.synth.trajectory import HeadTrajectory, after_windows
 
 __all__ = ["FINGER_BONES", "HandMotion", "HandOptions", "make_hand_motion"]
 
@@ -93,12 +93,31 @@ class HandOptions:
     # Roll of the palm about `fwd`, thumb up positive, at rest and when engaged, radians.
     roll_rest_rad: float = 0.3
     roll_engaged_rad: float = 0.15
-    # Heading of the hand turned inwards from the shoulder-to-wrist direction, radians.
+    # Heading of the hand turned inwards from the shoulder-to-wrist direction (seen from above), radians.
     yaw_inward_rad: float = 0.4
     # Arm drawn from the wrist back towards the body (forearm and upper arm in one): length, metres,
     # and rise above horizontal, radians.
     forearm_length_m: float = 0.45
     forearm_elevation_rad: float = 0.25
+    # Bringing a hand close to the lens (as when looking at something held up to the face): the first
+    # visit starts at a time drawn from `lens_first_s` (None: never), the next ones `lens_interval_s`
+    # after the previous one ends (uniform ranges). The hands take turns, wearer-right first; a visit
+    # waits until the wearer is back at the table, and is left out when it would not end in time.
+    lens_first_s: tuple[float, float] | None = None
+    lens_interval_s: tuple[float, float] = (6.0, 10.0)
+    # Wrist at the lens relative to the camera centre, torso frame (inwards, forward, up), metres.
+    lens_wrist_m: tuple[float, float, float] = (0.04, 0.13, -0.185)
+    # Raise, hold (uniform range) and lower durations, seconds.
+    lens_raise_s: float = 0.7
+    lens_hold_s: tuple[float, float] = (0.8, 1.6)
+    lens_lower_s: float = 0.7
+    # Fingers' pitch below horizontal (negative: raised), palm roll and heading turned inwards from the
+    # torso's forward direction at the lens, radians (the back of the hand faces the camera).
+    lens_pitch_rad: float = -1.0
+    lens_roll_rad: float = 0.2
+    lens_yaw_inward_rad: float = 0.3
+    # Rise of the drawn arm above horizontal at the lens, radians (negative: the elbow below the wrist).
+    lens_forearm_elevation_rad: float = -0.9
 
 
 @dataclass(frozen=True)
@@ -111,6 +130,8 @@ class HandMotion:
         curl: per hand, finger curl (0 straight, 1 fist).
         trajectory: the head/body the hands are attached to.
         options: the options used.
+        lens: per hand, weight of the pose at the lens against the rest of the motion, in [0, 1]
+            (no steps: the hand never goes there).
     """
 
     engagement: tuple[SmoothSignal, SmoothSignal]
@@ -120,6 +141,7 @@ class HandMotion:
     curl: tuple[SmoothSignal, SmoothSignal]
     trajectory: HeadTrajectory
     options: HandOptions
+    lens: tuple[SmoothSignal, SmoothSignal] = (SmoothSignal(), SmoothSignal())
 
     def grip_curl(self, ts_s: FloatArray) -> FloatArray:
         """Finger curl of each hand at `ts_s`, `(N, 2)` in [0, 1]."""
@@ -158,9 +180,18 @@ class HandMotion:
         wrists, _ = self._wrists_and_frames(ts)
         back = self.trajectory.shoulders_world(ts)[..., :2] - wrists[..., :2]
         back /= np.maximum(np.linalg.norm(back, axis=-1, keepdims=True), 1e-12)
-        up = self.options.forearm_elevation_rad
-        direction = np.concatenate([np.cos(up) * back, np.full(back.shape[:-1] + (1,), np.sin(up))], axis=-1)
-        return wrists + self.options.forearm_length_m * direction
+        opts = self.options
+        direction = _arm_direction(back, opts.forearm_elevation_rad)
+        for hand in (0, 1):
+            if self.lens[hand].steps:  # the arm hangs from a hand raised to the lens
+                v = self._lens_weight(hand, ts)
+                rise = (1.0 - v) * opts.forearm_elevation_rad + v * opts.lens_forearm_elevation_rad
+                direction[:, hand] = _arm_direction(back[:, hand], rise[:, None])
+        return wrists + opts.forearm_length_m * direction
+
+    def _lens_weight(self, hand: int, ts: FloatArray) -> FloatArray:
+        """Weight of the pose at the lens of `hand`, `(N,)` in [0, 1]."""
+        return np.clip(self.lens[hand].evaluate(ts)[0], 0.0, 1.0)
 
     def _wrists_and_frames(self, ts: FloatArray) -> tuple[FloatArray, FloatArray]:
         """Wrist positions `(N, 2, 3)` and palm frames (rows fwd, thumb, back) `(N, 2, 3, 3)`, world."""
@@ -171,6 +202,7 @@ class HandMotion:
         right_dir = np.stack([c, s, np.zeros_like(c)], axis=1)
         fwd_dir = np.stack([-s, c, np.zeros_like(c)], axis=1)
         head_x = self.trajectory.position[0].evaluate(ts)[0]
+        head = np.stack([head_x] + [sig.evaluate(ts)[0] for sig in self.trajectory.position[1:]], axis=1)
         wrists = np.empty((len(ts), 2, 3))
         frames = np.empty((len(ts), 2, 3, 3))
         for hand, side in ((0, -1.0), (1, 1.0)):
@@ -180,12 +212,23 @@ class HandMotion:
             w = np.clip(self.engagement[hand].evaluate(ts)[0], 0.0, 1.0)[:, None]
             task = np.stack([sig.evaluate(ts)[0] for sig in self.task[hand]], axis=1)
             task[:, 0] += head_x
-            wrists[:, hand] = _limit_reach(shoulders[:, hand], (1.0 - w) * rest + w * task, opts.arm_reach_m)
+            target = (1.0 - w) * rest + w * task
             pitch = (1.0 - w[:, 0]) * opts.pitch_rest_rad + w[:, 0] * opts.pitch_engaged_rad
             roll = (1.0 - w[:, 0]) * opts.roll_rest_rad + w[:, 0] * opts.roll_engaged_rad
-            frames[:, hand] = _palm_frame(
-                wrists[:, hand] - shoulders[:, hand], pitch, roll, side, opts.yaw_inward_rad
-            )
+            # Towards the lens by weight v (all 0 for a hand that never goes: then each blend is exact).
+            v = self._lens_weight(hand, ts)
+            lens_in, lens_fwd, lens_up = opts.lens_wrist_m
+            lens = head + (-side * lens_in) * right_dir + lens_fwd * fwd_dir
+            lens[:, 2] += lens_up
+            target = (1.0 - v[:, None]) * target + v[:, None] * lens
+            pitch = (1.0 - v) * pitch + v * opts.lens_pitch_rad
+            roll = (1.0 - v) * roll + v * opts.lens_roll_rad
+            wrists[:, hand] = _limit_reach(shoulders[:, hand], target, opts.arm_reach_m)
+            reach = wrists[:, hand] - shoulders[:, hand]
+            heading = np.arctan2(reach[:, 1], reach[:, 0]) + side * opts.yaw_inward_rad
+            facing = torso_yaw + np.pi / 2.0 + side * opts.lens_yaw_inward_rad  # torso forward, turned in
+            heading = heading + v * np.angle(np.exp(1j * (facing - heading)))
+            frames[:, hand] = _palm_frame(heading, pitch, roll, side)
         return wrists, frames
 
 
@@ -196,7 +239,10 @@ def make_hand_motion(
     opts: HandOptions,
     rng: np.random.Generator,
 ) -> HandMotion:
-    """Schedule reach-grasp-carry-release cycles for both hands.
+    """Schedule reach-grasp-carry-release cycles (and visits to the lens) for both hands.
+
+    No cycle overlaps the trajectory's excursions (the wearer is away from the table), and the two
+    hands are never at the lens together.
 
     Args:
         duration_s: episode length, seconds.
@@ -208,8 +254,10 @@ def make_hand_motion(
     Returns:
         The motion of both hands.
     """
-    engagement, task, curl = [], [], []
+    visits = _lens_visits(duration_s, trajectory, opts, rng)
+    engagement, task, curl, lens = [], [], [], []
     for hand, side in ((0, -1.0), (1, 1.0)):
+        own = tuple((start, end) for h, start, end in visits if h == hand)
         e, p, c = _schedule(
             duration_s,
             side,
@@ -218,13 +266,41 @@ def make_hand_motion(
             scene,
             opts,
             rng,
+            trajectory.excursions + own,
         )
         engagement.append(e)
         task.append(p)
         curl.append(c)
+        raise_s, lower_s = opts.lens_raise_s, opts.lens_lower_s
+        steps = [((start, raise_s, 1.0), (end - lower_s, lower_s, -1.0)) for start, end in own]
+        lens.append(SmoothSignal(0.0, (), tuple(step for pair in steps for step in pair)))
     return HandMotion(
-        (engagement[0], engagement[1]), (task[0], task[1]), (curl[0], curl[1]), trajectory, opts
+        (engagement[0], engagement[1]),
+        (task[0], task[1]),
+        (curl[0], curl[1]),
+        trajectory,
+        opts,
+        (lens[0], lens[1]),
     )
+
+
+def _lens_visits(
+    duration_s: float, trajectory: HeadTrajectory, opts: HandOptions, rng: np.random.Generator
+) -> list[tuple[int, float, float]]:
+    """`(hand, start_s, end_s)` of each visit to the lens; no draws when visits are off."""
+    if opts.lens_first_s is None:
+        return []
+    visits = []
+    hand = 1
+    t = rng.uniform(*opts.lens_first_s)
+    while True:
+        span = opts.lens_raise_s + rng.uniform(*opts.lens_hold_s) + opts.lens_lower_s
+        t = after_windows(t, span, trajectory.excursions)
+        if t + span > duration_s:
+            return visits
+        visits.append((hand, t, t + span))
+        hand = 1 - hand
+        t += span + rng.uniform(*opts.lens_interval_s)
 
 
 def _schedule(  # noqa: PLR0913, PLR0917 - private step of make_hand_motion
@@ -235,17 +311,22 @@ def _schedule(  # noqa: PLR0913, PLR0917 - private step of make_hand_motion
     scene: SceneOptions,
     opts: HandOptions,
     rng: np.random.Generator,
+    busy: tuple[tuple[float, float], ...],
 ) -> tuple[SmoothSignal, tuple[SmoothSignal, SmoothSignal, SmoothSignal], SmoothSignal]:
-    """Engagement, task path and curl signals of one hand (side -1 left, +1 right)."""
+    """Engagement, task path and curl signals of one hand (side -1 left, +1 right).
+
+    No cycle overlaps a `busy` window `(start_s, end_s)` (the wearer away, the hand at the lens).
+    """
     grasp_z = scene.table_center_m[2] + opts.grasp_height_m
     lift = opts.approach_height_m
     eng_steps: list[tuple[float, float, float]] = []
     xyz_steps: list[list[tuple[float, float, float]]] = [[], [], []]
     curl_steps: list[tuple[float, float, float]] = []
+    cycle_s = opts.reach_s + opts.lower_s + opts.close_s + opts.carry_s + opts.open_s + opts.return_s
     first = None
     pos = np.zeros(3)
     t = start_s
-    while t < duration_s:
+    while (t := after_windows(t, cycle_s, busy)) < duration_s:
         shoulder_x = float(trajectory.shoulders_world(np.array([t]))[0, int(side > 0), 0])
         grasp = _pick_target(shoulder_x, side, grasp_z, scene, opts, rng)
         place = _pick_target(
@@ -329,6 +410,11 @@ def _pick_target(  # noqa: PLR0913, PLR0917 - private sampler
     return best
 
 
+def _arm_direction(back: FloatArray, rise: float | FloatArray) -> FloatArray:
+    """Unit vectors along the horizontal `back` (`(..., 2)`, unit) raised by `rise` radians, `(..., 3)`."""
+    return np.concatenate([np.cos(rise) * back, np.full(back.shape[:-1] + (1,), np.sin(rise))], axis=-1)
+
+
 def _limit_reach(shoulder: FloatArray, wrist: FloatArray, reach_m: float) -> FloatArray:
     """Pull `wrist` (N, 3) towards `shoulder` (N, 3) so it stays within `reach_m`, smoothly (C2)."""
     d = wrist - shoulder
@@ -339,16 +425,13 @@ def _limit_reach(shoulder: FloatArray, wrist: FloatArray, reach_m: float) -> Flo
     return shoulder + d * (r_limited / np.maximum(r, 1e-12))
 
 
-def _palm_frame(
-    reach: FloatArray, pitch: FloatArray, roll: FloatArray, side: float, yaw_in: float
-) -> FloatArray:
+def _palm_frame(heading: FloatArray, pitch: FloatArray, roll: FloatArray, side: float) -> FloatArray:
     """Palm axes (fwd, thumb, back) as rows, world frame, `(N, 3, 3)`.
 
-    `fwd` points along the horizontal part of `reach` (shoulder to wrist) turned inwards by `yaw_in`
-    (towards the other hand; `side` is -1 for the left hand, +1 for the right), pitched down by `pitch`;
-    `back` starts vertical and the palm is rolled about `fwd` by `roll` (thumb up for positive roll).
+    `fwd` points along the world heading `heading` (radians from +x towards +y), pitched down by
+    `pitch`; `back` starts vertical and the palm is rolled about `fwd` by `roll` (thumb up for positive
+    roll; `side` is -1 for the left hand, +1 for the right).
     """
-    heading = np.arctan2(reach[:, 1], reach[:, 0]) + side * yaw_in
     horiz = np.stack([np.cos(heading), np.sin(heading), np.zeros_like(heading)], axis=1)
     up = np.array([0.0, 0.0, 1.0])
     fwd = np.cos(pitch)[:, None] * horiz - np.sin(pitch)[:, None] * up

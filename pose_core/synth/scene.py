@@ -44,7 +44,9 @@ class SceneOptions:
         (0.40, 0.20, 0.20, 0.08, 0.06),
         (0.05, 0.28, 0.07, 0.07, 0.18),
     )
-    # Texel size on room surfaces (floor, walls, ceiling), metres.
+    # Furniture standing on the floor: (x, y) centre, world frame, and (sx, sy, sz) size, metres.
+    floor_boxes: tuple[tuple[float, float, float, float, float], ...] = ()
+    # Texel size on room surfaces (floor, walls, ceiling, furniture), metres.
     room_texel_m: float = 0.004
     # Texel size on the table and the boxes, metres.
     table_texel_m: float = 0.0015
@@ -111,6 +113,7 @@ _PALETTE = {
     "ceiling": (0.80, 0.80, 0.78),
     "table": (0.55, 0.42, 0.30),
     "box": (0.35, 0.45, 0.60),
+    "furniture": (0.52, 0.40, 0.34),
 }
 
 
@@ -125,7 +128,8 @@ def build_scene(opts: SceneOptions, seed: int) -> Scene:
         The scene.
 
     Raises:
-        ValueError: if the room or the table has a non-positive extent or the table is outside the room.
+        ValueError: if the room or the table has a non-positive extent, or the table or a piece of
+            furniture is not inside the room.
     """
     lo = np.asarray(opts.room_min_m, np.float64)
     hi = np.asarray(opts.room_max_m, np.float64)
@@ -135,6 +139,10 @@ def build_scene(opts: SceneOptions, seed: int) -> Scene:
         raise ValueError(f"room extent {hi - lo} and table size {2 * half} must be positive")
     if np.any(tc[:2] - half <= lo[:2]) or np.any(tc[:2] + half >= hi[:2]) or not lo[2] < tc[2] < hi[2]:
         raise ValueError(f"table centred at {tc} with size {2 * half} is not inside the room {lo}..{hi}")
+    for x, y, sx, sy, sz in opts.floor_boxes:
+        footprint = np.array([[x - sx / 2, y - sy / 2], [x + sx / 2, y + sy / 2]])
+        if np.any(footprint < lo[:2]) or np.any(footprint > hi[:2]) or not 0.0 < sz < hi[2] - lo[2]:
+            raise ValueError(f"floor box at ({x}, {y}) of size ({sx}, {sy}, {sz}) is not inside the room")
     rng = np.random.default_rng(seed)
     rects: list[TexturedRect] = []
 
@@ -223,20 +231,15 @@ def build_scene(opts: SceneOptions, seed: int) -> Scene:
     )
     for name, origin, u, size in _vertical_sides((x0, x1, y0, y1), top, opts.table_apron_m):
         add(f"table_{name}", "table", origin, u, (0, 0, -1), size, opts.table_texel_m)
-    for i, (dx, dy, sx, sy, sz) in enumerate(opts.boxes):
-        bx0, bx1 = tc[0] + dx - sx / 2, tc[0] + dx + sx / 2
-        by0, by1 = tc[1] + dy - sy / 2, tc[1] + dy + sy / 2
-        add(
-            f"box{i}_+z",
-            "box",
-            np.array([bx0, by0, top + sz]),
-            (1, 0, 0),
-            (0, 1, 0),
-            (sx, sy),
-            opts.table_texel_m,
-        )
-        for name, origin, u, size in _vertical_sides((bx0, bx1, by0, by1), top + sz, sz):
-            add(f"box{i}_{name}", "box", origin, u, (0, 0, -1), size, opts.table_texel_m)
+    # Boxes on the table (fine texture), then furniture on the floor (room texture): top and four sides.
+    boxes = [(f"box{i}", "box", tc[0] + dx, tc[1] + dy, top, s) for i, (dx, dy, *s) in enumerate(opts.boxes)]
+    boxes += [(f"furniture{i}", "furniture", x, y, lo[2], s) for i, (x, y, *s) in enumerate(opts.floor_boxes)]
+    for name, family, x, y, z, (sx, sy, sz) in boxes:
+        texel = opts.table_texel_m if family == "box" else opts.room_texel_m
+        bx0, bx1, by0, by1 = x - sx / 2, x + sx / 2, y - sy / 2, y + sy / 2
+        add(f"{name}_+z", family, np.array([bx0, by0, z + sz]), (1, 0, 0), (0, 1, 0), (sx, sy), texel)
+        for side, origin, u, size in _vertical_sides((bx0, bx1, by0, by1), z + sz, sz):
+            add(f"{name}_{side}", family, origin, u, (0, 0, -1), size, texel)
     logger.debug("built scene with %d surfaces (seed %d)", len(rects), seed)
     return Scene(tuple(rects), np.asarray(opts.light_m, np.float64), opts)
 

@@ -18,11 +18,19 @@ from numpy.typing import NDArray
 from pose_core.errors import ShapeError
 from pose_core.synth.smooth import SmoothSignal
 
-__all__ = ["HeadTrajectory", "TrajectoryOptions", "TrajectorySample", "make_head_trajectory"]
+__all__ = [
+    "HeadTrajectory",
+    "TrajectoryOptions",
+    "TrajectorySample",
+    "after_windows",
+    "make_head_trajectory",
+]
 
 logger = logging.getLogger(__name__)
 
 FloatArray = NDArray[np.float64]
+# Quintic steps of a `SmoothSignal`: `(t_start_s, duration_s, delta)` each.
+Steps = tuple[tuple[float, float, float], ...]
 
 # Camera axes of the level, yaw-0 camera in world coordinates (columns: cam x, cam y, cam z).
 R_LEVEL = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])
@@ -74,6 +82,25 @@ class TrajectoryOptions:
     # Half the shoulder width, metres, and shoulder drop below the neck base, metres.
     shoulder_half_width_m: float = 0.18
     shoulder_drop_m: float = 0.03
+    # Walks away from the table and back (0 m: none). Each excursion: the body turns to face a bearing
+    # drawn from `excursion_bearing_rad` (relative to facing the table, positive to the wearer's left;
+    # pi is straight back), walks `excursion_distance_m` that way, stands a while, turns back to the
+    # table and walks back to where it left. Table walks and fast head turns never overlap the body
+    # turns; fast head turns go on while walking and standing.
+    excursion_distance_m: float = 0.0
+    excursion_bearing_rad: tuple[float, float] = (2.85, 3.45)
+    # Peak walking speed, m/s (a quintic walk of distance D over T seconds peaks at 15/8 D / T).
+    excursion_peak_speed_m_s: float = 1.0
+    # Duration of each body turn, seconds; each walk starts half-way through its body turn.
+    excursion_turn_s: float = 1.8
+    # Time standing at the far point, seconds (uniform range).
+    excursion_dwell_s: tuple[float, float] = (1.0, 2.0)
+    # Mean downward pitch while away from the table, radians (people look ahead when they walk).
+    excursion_pitch_down_rad: float = 0.3
+    # Start of the first excursion, and time at the table before the next one, seconds (uniform ranges);
+    # an excursion that would not be back by the end of the episode is not made.
+    excursion_start_s: tuple[float, float] = (4.0, 6.0)
+    excursion_gap_s: tuple[float, float] = (4.0, 8.0)
 
 
 @dataclass(frozen=True)
@@ -104,8 +131,9 @@ class HeadTrajectory:
         yaw: head yaw, radians, including fast turns.
         pitch_down: downward pitch, radians.
         roll: roll about the optical axis, radians.
-        torso_yaw: yaw of the torso, radians (the slow part of the head yaw).
+        torso_yaw: yaw of the torso, radians (the slow part of the head yaw and the body turns).
         options: the options it was made from.
+        excursions: `(start_s, end_s)` of each walk away from the table and back (body turns included).
     """
 
     position: tuple[SmoothSignal, SmoothSignal, SmoothSignal]
@@ -114,6 +142,7 @@ class HeadTrajectory:
     roll: SmoothSignal
     torso_yaw: SmoothSignal
     options: TrajectoryOptions
+    excursions: tuple[tuple[float, float], ...] = ()
 
     def sample(self, ts_s: FloatArray) -> TrajectorySample:
         """Pose, velocity, acceleration and body-frame angular velocity at `ts_s`.
@@ -178,12 +207,12 @@ class HeadTrajectory:
 def make_head_trajectory(
     duration_s: float, opts: TrajectoryOptions, rng: np.random.Generator
 ) -> HeadTrajectory:
-    """Random head trajectory: sways, head bob, walks along the table and fast head turns.
+    """Random head trajectory: sways, head bob, walks along the table, fast head turns, excursions.
 
     Args:
         duration_s: length of the episode, seconds; events are scheduled within it.
         opts: motion knobs.
-        rng: random source.
+        rng: random source (excursions, when enabled, draw first; without them the draws are as before).
 
     Returns:
         The trajectory; its yaw reaches `opts.turn_peak_rate_rad_s` during each fast turn.
@@ -194,34 +223,113 @@ def make_head_trajectory(
     if duration_s <= 0.0:
         raise ValueError(f"duration_s must be positive, got {duration_s}")
     hx, hy, hz = opts.head_position_m
-    walks = _walk_steps(duration_s, opts, rng)
-    turns = _turn_steps(duration_s, opts, rng)
+    away = _excursions(duration_s, opts, rng)
+    walks = _walk_steps(duration_s, opts, rng, away.windows)
+    turns = _turn_steps(duration_s, opts, rng, away.body_turns)
     phase = rng.uniform(0.0, 2.0 * np.pi, 6)
     yaw_sway = ((opts.yaw_sway_rad, opts.yaw_sway_hz, phase[0]),)
     position = (
-        SmoothSignal(hx, ((0.3 * opts.bob_amplitude_m, opts.bob_hz / 2.0, phase[1]),), walks),
-        SmoothSignal(hy, ((opts.lean_amplitude_m, opts.lean_hz, phase[2]),)),
+        SmoothSignal(hx, ((0.3 * opts.bob_amplitude_m, opts.bob_hz / 2.0, phase[1]),), walks + away.x),
+        SmoothSignal(hy, ((opts.lean_amplitude_m, opts.lean_hz, phase[2]),), away.y),
         SmoothSignal(hz, ((opts.bob_amplitude_m, opts.bob_hz, phase[3]),)),
     )
-    logger.debug("trajectory: %d walks, %d fast turns over %.2f s", len(walks), len(turns) // 2, duration_s)
+    logger.debug(
+        "trajectory: %d walks, %d fast turns, %d excursions over %.2f s",
+        len(walks),
+        len(turns) // 2,
+        len(away.windows),
+        duration_s,
+    )
     return HeadTrajectory(
         position=position,
-        yaw=SmoothSignal(0.0, yaw_sway, turns),
-        pitch_down=SmoothSignal(opts.pitch_down_rad, ((opts.pitch_sway_rad, opts.pitch_sway_hz, phase[4]),)),
+        yaw=SmoothSignal(0.0, yaw_sway, turns + away.yaw),
+        pitch_down=SmoothSignal(
+            opts.pitch_down_rad, ((opts.pitch_sway_rad, opts.pitch_sway_hz, phase[4]),), away.pitch
+        ),
         roll=SmoothSignal(0.0, ((opts.roll_sway_rad, opts.roll_sway_hz, phase[5]),)),
-        torso_yaw=SmoothSignal(0.0, yaw_sway),
+        torso_yaw=SmoothSignal(0.0, yaw_sway, away.yaw),
         options=opts,
+        excursions=away.windows,
     )
+
+
+@dataclass(frozen=True)
+class _Excursions:
+    """Quintic steps of the walks away from the table and back, and when they happen.
+
+    Attributes:
+        windows: `(start_s, end_s)` of each excursion.
+        body_turns: `(start_s, end_s)` of each body turn (two per excursion).
+        x: steps of the head's world x, metres.
+        y: steps of the head's world y, metres.
+        yaw: steps of the head and torso yaw, radians.
+        pitch: steps of the downward pitch, radians.
+    """
+
+    windows: tuple[tuple[float, float], ...] = ()
+    body_turns: tuple[tuple[float, float], ...] = ()
+    x: Steps = ()
+    y: Steps = ()
+    yaw: Steps = ()
+    pitch: Steps = ()
+
+
+def _excursions(duration_s: float, opts: TrajectoryOptions, rng: np.random.Generator) -> _Excursions:
+    """Turn away, walk, stand, turn back, walk back: as many times as fit; no draws when disabled."""
+    dist = opts.excursion_distance_m
+    if dist <= 0.0:
+        return _Excursions()
+    walk_s = 15.0 / 8.0 * dist / opts.excursion_peak_speed_m_s
+    turn_s = opts.excursion_turn_s
+    lift = opts.excursion_pitch_down_rad - opts.pitch_down_rad
+    windows, body_turns = [], []
+    x, y, yaw, pitch = [], [], [], []
+    t = rng.uniform(*opts.excursion_start_s)
+    while True:
+        bearing = rng.uniform(*opts.excursion_bearing_rad)
+        turn = float(np.angle(np.exp(1j * bearing)))  # the shorter way round, (-pi, pi]
+        back = t + turn_s / 2.0 + walk_s + rng.uniform(*opts.excursion_dwell_s)  # start of the turn back
+        end = back + turn_s / 2.0 + walk_s
+        if end > duration_s:
+            break
+        # Facing yaw psi looks along (-sin psi, cos psi): the walk goes where the body faces.
+        dx, dy = -dist * np.sin(bearing), dist * np.cos(bearing)
+        x += [(t + turn_s / 2.0, walk_s, float(dx)), (back + turn_s / 2.0, walk_s, float(-dx))]
+        y += [(t + turn_s / 2.0, walk_s, float(dy)), (back + turn_s / 2.0, walk_s, float(-dy))]
+        yaw += [(t, turn_s, turn), (back, turn_s, -turn)]
+        pitch += [(t, turn_s, lift), (end - turn_s, turn_s, -lift)]
+        windows.append((t, end))
+        body_turns += [(t, t + turn_s), (back, back + turn_s)]
+        t = end + rng.uniform(*opts.excursion_gap_s)
+    return _Excursions(tuple(windows), tuple(body_turns), tuple(x), tuple(y), tuple(yaw), tuple(pitch))
+
+
+def after_windows(t: float, span_s: float, windows: tuple[tuple[float, float], ...]) -> float:
+    """Earliest time >= `t` at which `[time, time + span_s]` overlaps none of `windows` (start_s, end_s)."""
+    moved = True
+    while moved:
+        moved = False
+        for start, end in windows:
+            if t < end and t + span_s > start:
+                t, moved = end, True
+    return t
 
 
 def _walk_steps(
-    duration_s: float, opts: TrajectoryOptions, rng: np.random.Generator
-) -> tuple[tuple[float, float, float], ...]:
-    """Quintic steps of the walk along x, kept within +-walk_limit_m."""
+    duration_s: float,
+    opts: TrajectoryOptions,
+    rng: np.random.Generator,
+    blocked: tuple[tuple[float, float], ...],
+) -> Steps:
+    """Quintic steps of the walk along x, kept within +-walk_limit_m, outside `blocked` windows."""
     steps = []
     x = 0.0
     t = rng.uniform(*opts.walk_interval_s) / 2.0
     while t < duration_s:
+        clear = after_windows(t, opts.walk_duration_s, blocked)
+        if clear != t:
+            t = clear
+            continue
         dist = rng.uniform(*opts.walk_step_range_m)
         direction = -np.sign(x) if abs(x) + dist > opts.walk_limit_m else rng.choice((-1.0, 1.0))
         if x == 0.0 and direction == 0.0:
@@ -233,12 +341,24 @@ def _walk_steps(
 
 
 def _turn_steps(
-    duration_s: float, opts: TrajectoryOptions, rng: np.random.Generator
-) -> tuple[tuple[float, float, float], ...]:
-    """Pairs of quintic yaw steps (turn away, turn back) peaking at `turn_peak_rate_rad_s`."""
+    duration_s: float,
+    opts: TrajectoryOptions,
+    rng: np.random.Generator,
+    blocked: tuple[tuple[float, float], ...],
+) -> Steps:
+    """Pairs of quintic yaw steps (turn away, turn back) peaking at `turn_peak_rate_rad_s`.
+
+    A pair never overlaps a `blocked` window (the longest pair the ranges allow is kept clear).
+    """
     steps = []
+    longest_turn_s = 15.0 / 8.0 * opts.turn_angle_range_rad[1] / opts.turn_peak_rate_rad_s
+    longest_pair_s = 2.6 * longest_turn_s + opts.turn_hold_s[1]
     t = opts.first_turn_s
     while t < duration_s:
+        clear = after_windows(t, longest_pair_s, blocked)
+        if clear != t:
+            t = clear
+            continue
         angle = rng.uniform(*opts.turn_angle_range_rad) * rng.choice((-1.0, 1.0))
         # A quintic step of size A over T peaks at 15/8 A / T.
         turn_s = 15.0 / 8.0 * abs(angle) / opts.turn_peak_rate_rad_s

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from jobs.sample import SampleOptions, main, write_sample
+from jobs.sample import SAMPLE_PRESETS, SampleOptions, main, write_sample
 from pose_core.geometry.interop import world_from_cam_from_tum_rows
 from pose_core.synth import generate_episode
 from udfs.media.sidecars import read_calibration, read_imu, read_task
@@ -97,3 +97,21 @@ class TestWriteSample:
         assert (tmp_path / "videos" / "synth_002.mp4").is_file()
         assert not (tmp_path / "videos" / "synth_002.right.mp4").exists()
         assert "video:" in capsys.readouterr().out
+
+    def test_cli_preset_with_overrides(self, tmp_path):
+        """`--preset hard` picks the hard scene and seed 14; options given on the command line win."""
+        argv = [str(tmp_path), "--preset", "hard", "--frames", "2", "--width", "160", "--height", "120"]
+        assert main(argv) == 0
+        gt = tmp_path / "ground_truth" / "synth_hard_014"
+        assert np.load(gt / "ts_s.npy").shape == (2,)
+        readme = (gt / "README.md").read_text()
+        assert "seed 14" in readme and "scene preset `hard`" in readme
+        with open(gt / "intrinsics.yaml", encoding="utf-8") as f:
+            calib = yaml.safe_load(f)
+        assert (calib["width"], calib["height"], calib["fx"]) == (160, 120, 500.0)
+        hard = SAMPLE_PRESETS["hard"]
+        assert (hard.frames, hard.seed, hard.scene) == (600, 14, "hard")
+
+    def test_rejects_unknown_scene(self):
+        with pytest.raises(ValueError, match="scene must be one of"):
+            SampleOptions(scene="kitchen")

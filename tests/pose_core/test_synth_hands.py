@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pose_core.synth.hands import FINGER_BONES, HandOptions, make_hand_motion
+from pose_core.synth.presets import SYNTH_PRESETS
 from pose_core.synth.scene import SceneOptions
 from pose_core.synth.trajectory import TrajectoryOptions, make_head_trajectory
 
@@ -92,3 +93,42 @@ class TestHandMotion:
             )
 
         np.testing.assert_array_equal(make(), make())
+
+
+@pytest.fixture(scope="module")
+def visiting():
+    """Hands of the `hard` preset: they visit the lens while the wearer also walks away and back."""
+    preset = SYNTH_PRESETS["hard"]
+    rng = np.random.default_rng(3)
+    traj = make_head_trajectory(DURATION_S, preset.trajectory, rng)
+    return make_hand_motion(DURATION_S, traj, preset.scene, preset.hands, rng)
+
+
+class TestLensVisits:
+    def test_default_hands_never_visit(self, motion):
+        assert all(not signal.steps for signal in motion.lens)
+
+    def test_hands_take_turns_and_rest_from_the_table(self, visiting):
+        ts = np.arange(0.0, DURATION_S, 1.0 / FPS)
+        at_lens = np.stack([visiting.lens[h].evaluate(ts)[0] > 1e-9 for h in (0, 1)], axis=1)
+        working = np.stack([visiting.engagement[h].evaluate(ts)[0] > 1e-9 for h in (0, 1)], axis=1)
+        assert at_lens[:, 0].any() and at_lens[:, 1].any()  # each hand goes once
+        assert not np.any(at_lens[:, 0] & at_lens[:, 1])  # never both
+        assert not np.any(at_lens & working)  # no reaching to the table from the lens
+        assert working.any(axis=0).all()  # both hands still work at the table
+        for start, end in visiting.trajectory.excursions:  # nor while the wearer is away
+            assert not working[(ts >= start) & (ts <= end)].any()
+
+    def test_hand_at_the_lens_faces_the_camera_up_close(self, visiting):
+        ts = np.arange(0.0, DURATION_S, 1.0 / FPS)
+        weight = np.stack([visiting.lens[h].evaluate(ts)[0] for h in (0, 1)], axis=1)
+        frame, hand = np.unravel_index(np.argmax(weight), weight.shape)
+        world_from_cam = visiting.trajectory.sample(ts[frame : frame + 1]).world_from_cam[0]
+        kp = visiting.keypoints_world(ts[frame : frame + 1])[0, hand]
+        in_cam = (kp - world_from_cam[:3, 3]) @ world_from_cam[:3, :3]
+        assert np.all((in_cam[:, 2] > 0.1) & (in_cam[:, 2] < 0.35)), in_cam[:, 2]
+        # The hand is turned to the lens (its back faces it): the palm normal is within 50 deg of the axis.
+        normal = np.cross(in_cam[5] - in_cam[0], in_cam[17] - in_cam[0])
+        assert abs(normal[2]) / np.linalg.norm(normal) > np.cos(np.radians(50.0))
+        lengths = _bone_lengths(visiting.keypoints_world(ts))
+        assert lengths.std(axis=0).max() < 1e-12  # still a rigid hand

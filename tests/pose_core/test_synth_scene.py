@@ -56,6 +56,25 @@ class TestBuildScene:
         with pytest.raises(ValueError, match="not inside the room"):
             build_scene(SceneOptions(table_center_m=(3.0, 0.0, 0.85)), seed=0)
 
+    def test_furniture_stands_on_the_floor(self, scene):
+        coarse = SceneOptions(
+            floor_boxes=((1.0, -1.0, 0.4, 0.6, 0.5),), room_texel_m=0.02, table_texel_m=0.01
+        )
+        furnished = build_scene(coarse, seed=0)
+        added = [r for r in furnished.rects if r.name.startswith("furniture0")]
+        assert [r.name for r in furnished.rects[: len(scene.rects)]] == [r.name for r in scene.rects]
+        assert sorted(r.name for r in added) == [f"furniture0_{s}" for s in ("+x", "+y", "+z", "-x", "-y")]
+        corners = np.concatenate([r.corners for r in added])
+        np.testing.assert_allclose(corners.min(axis=0), [0.8, -1.3, 0.0])
+        np.testing.assert_allclose(corners.max(axis=0), [1.2, -0.7, 0.5])
+        for rect in added:  # faces outwards, textured like the room
+            assert (rect.corners.mean(axis=0) - [1.0, -1.0, 0.25]) @ rect.normal > 0.0, rect.name
+            assert rect.texel_m == 0.02
+
+    def test_rejects_furniture_outside_room(self):
+        with pytest.raises(ValueError, match="floor box"):
+            build_scene(SceneOptions(floor_boxes=((2.4, 0.0, 0.4, 0.4, 0.5),)), seed=0)
+
 
 @pytest.fixture(scope="module")
 def texture():

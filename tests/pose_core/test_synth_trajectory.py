@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
+from pose_core.synth.presets import SYNTH_PRESETS
 from pose_core.synth.smooth import SmoothSignal
-from pose_core.synth.trajectory import TrajectoryOptions, make_head_trajectory
+from pose_core.synth.trajectory import TrajectoryOptions, after_windows, make_head_trajectory
 
 DURATION_S = 20.0
 
@@ -15,6 +16,13 @@ DURATION_S = 20.0
 @pytest.fixture(scope="module")
 def trajectory():
     return make_head_trajectory(DURATION_S, TrajectoryOptions(), np.random.default_rng(7))
+
+
+@pytest.fixture(scope="module", params=sorted(SYNTH_PRESETS))
+def any_trajectory(request):
+    """The trajectory of each preset (`hard`: faster turns, a walk away from the table and back)."""
+    opts = SYNTH_PRESETS[request.param].trajectory
+    return make_head_trajectory(DURATION_S, opts, np.random.default_rng(7))
 
 
 class TestSmoothSignal:
@@ -37,30 +45,30 @@ class TestSmoothSignal:
 
 
 class TestHeadTrajectory:
-    def test_gyro_matches_rotation_finite_difference(self, trajectory):
+    def test_gyro_matches_rotation_finite_difference(self, any_trajectory):
         ts = np.linspace(0.0, DURATION_S, 2001)
         h = 1e-5
-        r_plus = trajectory.sample(ts + h).world_from_cam[:, :3, :3]
-        r_minus = trajectory.sample(ts - h).world_from_cam[:, :3, :3]
+        r_plus = any_trajectory.sample(ts + h).world_from_cam[:, :3, :3]
+        r_minus = any_trajectory.sample(ts - h).world_from_cam[:, :3, :3]
         omega_fd = Rotation.from_matrix(np.swapaxes(r_minus, 1, 2) @ r_plus).as_rotvec() / (2 * h)
-        np.testing.assert_allclose(trajectory.sample(ts).gyro_cam, omega_fd, atol=1e-6)
+        np.testing.assert_allclose(any_trajectory.sample(ts).gyro_cam, omega_fd, atol=1e-6)
 
-    def test_velocity_and_acceleration_match_positions(self, trajectory):
+    def test_velocity_and_acceleration_match_positions(self, any_trajectory):
         ts = np.linspace(0.0, DURATION_S, 2001)
         h = 1e-4
-        p = [trajectory.sample(ts + k * h).world_from_cam[:, :3, 3] for k in (-1, 0, 1)]
-        s = trajectory.sample(ts)
+        p = [any_trajectory.sample(ts + k * h).world_from_cam[:, :3, 3] for k in (-1, 0, 1)]
+        s = any_trajectory.sample(ts)
         np.testing.assert_allclose(s.velocity_world, (p[2] - p[0]) / (2 * h), atol=1e-6)
         np.testing.assert_allclose(s.accel_world, (p[2] - 2 * p[1] + p[0]) / h**2, atol=1e-3)
 
-    def test_acceleration_is_continuous(self, trajectory):
+    def test_acceleration_is_continuous(self, any_trajectory):
         """C2: at 1 kHz, neither acceleration nor angular velocity jumps."""
-        s = trajectory.sample(np.arange(0.0, DURATION_S, 1e-3))
+        s = any_trajectory.sample(np.arange(0.0, DURATION_S, 1e-3))
         assert np.abs(np.diff(s.accel_world, axis=0)).max() < 0.05  # m/s^2 per ms
         assert np.abs(np.diff(s.gyro_cam, axis=0)).max() < 0.05  # rad/s per ms
 
-    def test_rotations_are_proper(self, trajectory):
-        r = trajectory.sample(np.linspace(0, DURATION_S, 301)).world_from_cam[:, :3, :3]
+    def test_rotations_are_proper(self, any_trajectory):
+        r = any_trajectory.sample(np.linspace(0, DURATION_S, 301)).world_from_cam[:, :3, :3]
         np.testing.assert_allclose(np.swapaxes(r, 1, 2) @ r, np.broadcast_to(np.eye(3), r.shape), atol=1e-12)
         np.testing.assert_allclose(np.linalg.det(r), 1.0, atol=1e-12)
 
@@ -95,6 +103,41 @@ class TestHeadTrajectory:
         np.testing.assert_allclose(width, 0.36, atol=1e-9)
         # Wearer-right shoulder is on the right of the torso (+x at yaw 0, the torso only sways).
         assert np.all(shoulders[:, 1, 0] > shoulders[:, 0, 0])
+
+    def test_excursion_turns_round_walks_away_and_comes_back(self):
+        opts = SYNTH_PRESETS["hard"].trajectory
+        traj = make_head_trajectory(DURATION_S, opts, np.random.default_rng(7))
+        assert len(traj.excursions) == 1
+        start, end = traj.excursions[0]
+        ts = np.linspace(start, end, 2001)
+        s = traj.sample(ts)
+        centre = s.world_from_cam[:, :3, 3]
+        away = np.linalg.norm(centre[:, :2] - centre[0, :2], axis=1)
+        far = int(np.argmax(away))
+        assert away[far] == pytest.approx(opts.excursion_distance_m, abs=0.08)  # lean and bob on top
+        # Back where it left, up to the lean (+-3 cm) and sway: walks along the table wait until the end.
+        assert away[-1] < 2 * (opts.lean_amplitude_m + 0.3 * opts.bob_amplitude_m), away[-1]
+        speed = np.linalg.norm(s.velocity_world[:, :2], axis=1)
+        assert speed.max() == pytest.approx(opts.excursion_peak_speed_m_s, abs=0.1)
+        # At the far point the torso faces where it walked (roughly away from the table) and looks ahead.
+        torso = traj.torso_yaw.evaluate(ts[far : far + 1])[0][0]
+        walked = centre[far, :2] - centre[0, :2]
+        assert np.cos(torso) * walked[1] - np.sin(torso) * walked[0] > 0.9 * away[far]  # (-sin, cos) . walked
+        pitch = traj.pitch_down.evaluate(ts[far : far + 1])[0][0]
+        assert abs(pitch - opts.excursion_pitch_down_rad) <= opts.pitch_sway_rad + 1e-9
+        # The torso turns with the body (twice), and fast head turns never overlap those turns.
+        body_turns = tuple((t0, t0 + dt) for t0, dt, _ in traj.torso_yaw.steps)
+        assert len(body_turns) == 2 and body_turns[0][0] == start
+        head_turns = [(t0, dt) for t0, dt, _ in traj.yaw.steps if (t0, t0 + dt) not in body_turns]
+        assert len(head_turns) == len(traj.yaw.steps) - 2
+        assert all(after_windows(t0, dt, body_turns) == t0 for t0, dt in head_turns)
+
+    def test_after_windows(self):
+        windows = ((1.0, 2.0), (2.5, 4.0))
+        assert after_windows(0.0, 0.5, windows) == 0.0
+        assert after_windows(0.8, 0.5, windows) == 2.0  # overlaps the first, then fits before the second
+        assert after_windows(1.8, 1.0, windows) == 4.0  # pushed past the first, then past the second
+        assert after_windows(5.0, 9.0, windows) == 5.0
 
     def test_rejects_bad_duration(self):
         with pytest.raises(ValueError, match="duration_s"):
