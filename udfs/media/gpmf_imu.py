@@ -7,10 +7,11 @@ the payload's nominal time. Following gpmf-parser's `GetGPMFSampleRate`, each st
 line fitted to (payload time, samples delivered before it): samples delivered before payload k
 are `TSMP_k - n_k` (or counted), payload times are the payloads' `STMP` (microsecond time of their
 first sample) where the stream has it, else the container's payload start. Sample j is at
-`(j - intercept) / rate`. The line removes the payloads' flush jitter (up to +-3.5 samples on the
-HERO5 clip) and the partial last payload needs no duration. `STMP` is put on the video's clock by
-the first `STMP` of the shutter stream (`SHUT`: its first sample is video frame 0), else by the
-median offset between `STMP` and the container's payload starts. `TIMO` (data lag) is subtracted.
+`(j - intercept) / rate`. The line removes the payloads' flush jitter (10 ms on the HERO5 clip:
+`ImuStream.clock_residual_s`) and the partial last payload needs no duration. `STMP` is put on
+the video's clock by the first `STMP` of the shutter stream (`SHUT`: its first sample is video
+frame 0), else by the median offset between `STMP` and the container's payload starts. `TIMO`
+(data lag) is subtracted.
 
 Axes (`CAM_FROM_GOPRO`): GoPro's labelled IMU axes are X = camera left, Y = camera back (out of
 the rear screen), Z = camera up (a right-handed frame), so in the camera frame (OpenCV: x right,
@@ -19,8 +20,9 @@ y down, z forward) a sample is (-X, -Z, -Y). Verified on the two real clips in
 +9.7 m/s^2 on Z with the image upright (Z up); the gyroscope's rotation about camera y correlates
 with the image's horizontal flow (yaw); the sideways specific force follows yaw rate times forward
 speed (centripetal) with a positive slope of 4.5 m/s (drone) and 1.6 m/s (walking) only when X is
-left; the doubly integrated forward axis -Y rises and falls with the drone's ground flow. GoPro
-writes the gravity vector `GRAV` as (X, -Z, -Y) (gpmf-parser issue 170), which agrees on y and z.
+left. Checked by hand as well: the drone's forward specific force (-Y), integrated once, rises for
+4 s and falls after 5 s as the ground's image flow (its speed) does; GoPro's own gravity vector
+`GRAV`, written as (X, -Z, -Y) (gpmf-parser issue 170), agrees on y and z on the MAX clip.
 """
 
 from __future__ import annotations
@@ -73,12 +75,15 @@ class ImuStream:
         values: `(N, 3)` camera frame (x right, y down, z forward); m/s^2 or rad/s.
         rate_hz: the fitted sample rate.
         time_source: `STMP` or `payload times`.
+        clock_residual_s: largest distance of a payload's sample count from the fitted clock line,
+            in seconds (payload flush jitter; 0 when there was nothing to fit).
     """
 
     ts_s: np.ndarray
     values: np.ndarray
     rate_hz: float
     time_source: str
+    clock_residual_s: float
 
 
 @dataclass(frozen=True)
@@ -192,7 +197,7 @@ def _stream(
     keep = np.concatenate([[True], ts[1:] > np.maximum.accumulate(ts)[:-1]])
     if not keep.all():
         warnings.append(f"{key}: {int((~keep).sum())} samples out of time order left out")
-    return ImuStream(ts[keep], values[keep], rate, time_source), blocks[0].axes_source
+    return ImuStream(ts[keep], values[keep], rate, time_source, worst), blocks[0].axes_source
 
 
 def imu_from_payloads(payloads: Sequence[PayloadBytes]) -> GpmfImu:

@@ -65,8 +65,11 @@ def _data_streams(container: av.container.InputContainer) -> list[tuple[int, boo
 
 
 def _payloads_of(path: str, index: int, named: bool) -> list[PayloadBytes] | None:
-    """The packets of data stream `index` if it is a GPMF track: named `GoPro MET` (then even a
-    damaged one, for the parser to report) or its first packet starts with `DEVC`."""
+    """The packets of data stream `index` if it is a GPMF track, else None.
+
+    A stream named `GoPro MET` is taken even when damaged (for the parser to report); another data
+    stream only when its first packet starts with `DEVC`.
+    """
     with av.open(path) as container:
         video = container.streams.video[0] if container.streams.video else None
         origin = float(video.start_time * video.time_base) if video and video.start_time else 0.0
