@@ -1,9 +1,11 @@
-"""Probe one input: checksum, validate sidecars, decode-check, measure, and give a verdict.
+"""Probe one input: checksum, validate sidecars, decode-check, measure, find its IMU, give a verdict.
 
 `probe` never raises for bad input: it returns `ProbeResult(ok=False, reason_code, message)` with
 a code of `udfs.media.reasons.REASONS` and a message naming the file and the problem.
 `probe_with_timeout` runs it in a forked child so a hung or crashing decoder cannot stall the job.
-Duplicates are not judged here (they need the whole batch): see `udfs.media.dedup`.
+Duplicates are not judged here (they need the whole batch): see `udfs.media.dedup`. The IMU is the
+`.imu.csv` sidecar or, without one, the video's GoPro GPMF track (`udfs.media.imu.attach_imu`); a
+damaged track only sets `imu_warning`.
 """
 
 from __future__ import annotations
