@@ -1,7 +1,8 @@
 """Stage `fusion`: world-frame hands per episode (groupBy(episode_id), cogroup) into `hands_world`.
 
 Inputs are light columns only: `frames` (times) joined with `camera_poses` (world_from_cam per
-frame) and `videos.imu_path` (the IMU sidecar, read on the executor: metric scale and gravity), and
+frame) and `videos.imu_path` / `imu_source` (the IMU sidecar or the video's GPMF track, read on the
+executor by `udfs.media.imu.read_episode_imu`: metric scale and gravity), and
 `hands_cam` (keypoints, fits). An episode with a stereo partner also gets its `keyframe_poses` and
 `ba_points` rows stacked under its posed frames (`_table`), with the `videos` paths and calibration
 on the keyframe rows: the executor decodes both streams at a few keyframes for the stereo scale.
@@ -83,9 +84,9 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
     in_scope = F.col("episode_id").isin(episodes)
     frames = read(ctx.spark, ctx.layout, FRAMES).where(in_scope).select("episode_id", "frame_idx", "ts_s")
     videos = read(ctx.spark, ctx.layout, VIDEOS).where(in_scope)
-    imu = videos.select("episode_id", "imu_path")
+    imu = videos.select("episode_id", "imu_path", "imu_source")
     posed = frames.join(poses, ["episode_id", "frame_idx"], "inner").join(imu, "episode_id", "left")
-    optional = [c for c in ("scale_source", "pose_quality", "imu_path") if c in posed.columns]
+    optional = [c for c in ("scale_source", "pose_quality", "imu_path", "imu_source") if c in posed.columns]
     posed = posed.select(*POSED_FRAME_COLUMNS, *optional)
     stereo = _stereo_rows(ctx, episodes, videos)
     if stereo is not None:

@@ -25,7 +25,7 @@ __all__ = ["IngestResult", "STAGE_NAME", "STAGE_VERSION", "run"]
 logger = logging.getLogger(__name__)
 
 STAGE_NAME = "ingest"
-STAGE_VERSION = "1"
+STAGE_VERSION = "2"
 EPISODE_ID_HEX = 16
 
 

@@ -1,6 +1,7 @@
 """One error hierarchy for egolake.
 
 `InputError` marks a problem with an input file: ingest turns it into a `quarantine` row.
+`MetadataError` marks damaged embedded metadata: ingest records it as a warning on the episode.
 Every other `EgolakeError` raised while processing an episode is caught once, in
 `udfs.guard.guarded`, and becomes a `failed` row in the `runs` table; the batch goes on.
 """
@@ -11,6 +12,7 @@ __all__ = [
     "CompatibilityError",
     "EgolakeError",
     "InputError",
+    "MetadataError",
     "NotConvergedError",
     "ShapeError",
 ]
@@ -34,6 +36,14 @@ class InputError(EgolakeError):
         self.reason_code = reason_code
         self.message = message
         self.path = path
+
+
+class MetadataError(EgolakeError):
+    """Metadata embedded in an input (e.g. a GoPro GPMF track) is damaged or cannot be used.
+
+    Unlike `InputError` it never quarantines the input: the episode keeps its video and the
+    metadata is left out, with this message recorded as a warning.
+    """
 
 
 class ShapeError(EgolakeError):

@@ -32,7 +32,7 @@ _F64_LIST = pa.list_(pa.float64())
 
 VIDEOS = TableSchema(
     name="videos",
-    version="1",
+    version="2",
     key=("episode_id",),
     partition_key="episode_id",
     arrow=pa.schema(
@@ -55,7 +55,9 @@ VIDEOS = TableSchema(
             pa.field("decoder", pa.string()),  # backend that decodes it: decord | pyav | images
             pa.field("stereo_partner_path", pa.string()),
             pa.field("calibration_json", pa.string()),  # parsed calibration sidecar, or null
-            pa.field("imu_path", pa.string()),
+            pa.field("imu_path", pa.string()),  # file the IMU is read from: the sidecar, or the video (gpmf)
+            pa.field("imu_source", pa.string()),  # sidecar | gpmf (the video's GoPro GPMF track) | null
+            pa.field("imu_warning", pa.string()),  # why an embedded IMU was not attached, or what was dropped
             pa.field("task_text", pa.string()),
             pa.field("phashes", pa.list_(pa.int64())),  # 64-bit perceptual hashes of sampled frames
         ]
@@ -76,7 +78,7 @@ SHARDS = TableSchema(
             pa.field("decoder", pa.string()),
             pa.field("frame_start", pa.int64(), nullable=False),  # decode range [frame_start, frame_stop)
             pa.field("frame_stop", pa.int64(), nullable=False),  # includes the overlap with neighbours
-            pa.field("own_start", pa.int64(), nullable=False),  # frames this shard writes [own_start, own_stop)
+            pa.field("own_start", pa.int64(), nullable=False),  # it writes frames [own_start, own_stop)
             pa.field("own_stop", pa.int64(), nullable=False),
         ]
     ),
@@ -382,7 +384,8 @@ ACTIONS = TableSchema(
             pa.field("episode_id", pa.string(), nullable=False),
             pa.field("identity", pa.string(), nullable=False),  # wearer_left | wearer_right
             pa.field("segment_idx", pa.int32(), nullable=False),  # 0-based, in time order per hand
-            pa.field("label", pa.string(), nullable=False),  # idle | reach | grasp | manipulate | release | missing
+            # idle | reach | grasp | manipulate | release | missing
+            pa.field("label", pa.string(), nullable=False),
             pa.field("frame_start", pa.int64(), nullable=False),  # first frame of the segment
             pa.field("frame_stop", pa.int64(), nullable=False),  # one past its last frame
             pa.field("ts_start_s", pa.float64()),

@@ -6,7 +6,8 @@ for a stereo episode, its `keyframe_poses` and `ba_points` rows stacked under `_
 episode's `hands_cam` rows. Callable on pandas frames without Spark.
 
 Metric scale candidates: the stereo pair (the executor decodes both streams at a few keyframes and
-compares the stereo depth of the keyframes' map points with their map depth) and the IMU sidecar.
+compares the stereo depth of the keyframes' map points with their map depth) and the episode's IMU
+(its `.imu.csv` sidecar or its video's GoPro GPMF track: `udfs.media.imu.read_episode_imu`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from udfs.camera_tables import world_from_cam_from_columns
 from udfs.guard import run_unit
 from udfs.hands import camera_for_frames
 from udfs.media.decode import DecodeOptions, iter_frames
-from udfs.media.sidecars import read_imu
+from udfs.media.imu import read_episode_imu
 from udfs.multi_output import TABLE_COLUMN
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "MEASURED_QUALITIES",
     "POSED_FRAME_COLUMNS",
     "STEREO_TABLES",
+    "episode_imu_scale",
     "fuse_hands",
     "guarded_fuse_hands",
 ]
@@ -51,9 +53,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Columns of the posed-frame input. Optional: `scale_source` (the camera poses' metric scale: when
-#: one of `SCALE_SOURCES`, `world_from_cam_t_m` is taken as metres), `imu_path` (the episode's
-#: IMU sidecar, `videos.imu_path`: a metric scale candidate and the gravity direction) and
-#: `pose_quality` (only frames of `MEASURED_QUALITIES` give the IMU scale position equations).
+#: one of `SCALE_SOURCES`, `world_from_cam_t_m` is taken as metres), `imu_path` and `imu_source`
+#: (the episode's IMU, `videos.imu_path` / `imu_source`: the sidecar, or the video for its GPMF
+#: track; a metric scale candidate and the gravity direction) and `pose_quality` (only frames of
+#: `MEASURED_QUALITIES` give the IMU scale position equations).
 POSED_FRAME_COLUMNS: tuple[str, ...] = (
     "episode_id", "frame_idx", "ts_s", "world_from_cam_q_wxyz", "world_from_cam_t_m",
 )  # fmt: skip
@@ -116,19 +119,26 @@ def _observations(hands: pd.DataFrame) -> EpisodeObservations:
     )
 
 
-def _imu_scale(frames: pd.DataFrame, posed: EpisodeFrames, opts: FusionOptions) -> ImuScale | None:
-    """The IMU's scale and gravity for the posed frames; None without an IMU sidecar (or disabled).
+def episode_imu_scale(frames: pd.DataFrame, posed: EpisodeFrames, opts: FusionOptions) -> ImuScale | None:
+    """The IMU's scale and gravity for the posed frames; None without an IMU (or disabled).
 
     Frames whose camera centre was held or interpolated (`pose_quality` rotation_only /
     interpolated) keep their rotation but give no position equations.
 
+    Args:
+        frames: the posed-frame input (`frame_idx`; optional `imu_path`, `imu_source`, `pose_quality`).
+        posed: the episode's posed frames (`_episode_frames`).
+        opts: fusion settings (`imu_scale`).
+
     Raises:
         InputError: the sidecar named by `imu_path` cannot be read (the message names the file).
+        MetadataError: the video's GPMF track (`imu_source` gpmf) gives no usable IMU.
     """
-    paths = frames["imu_path"].dropna().unique() if "imu_path" in frames else []
-    if len(paths) == 0 or not opts.imu_scale.enabled:
+    with_imu = frames.dropna(subset=["imu_path"]) if "imu_path" in frames else frames.iloc[:0]
+    if with_imu.empty or not opts.imu_scale.enabled:
         return None
-    imu = read_imu(str(paths[0]))
+    source = with_imu["imu_source"].iat[0] if "imu_source" in with_imu else None
+    imu = read_episode_imu(str(with_imu["imu_path"].iat[0]), None if pd.isna(source) else str(source))
     measured = None
     if "pose_quality" in frames:
         quality = frames.set_index("frame_idx")["pose_quality"].reindex(posed.frame_idx)
@@ -229,9 +239,9 @@ def fuse_hands(frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions) -
 
     Args:
         frames: the episode's frames with their camera poses (`POSED_FRAME_COLUMNS`, optional
-            `scale_source`, `imu_path`, `pose_quality`); rows without a pose are ignored. A stereo
-            episode's `keyframe_poses` and `ba_points` rows may be stacked under them (`STEREO_TABLES`
-            in `_table`; the posed frames' `_table` is null).
+            `scale_source`, `imu_path`, `imu_source`, `pose_quality`); rows without a pose are
+            ignored. A stereo episode's `keyframe_poses` and `ba_points` rows may be stacked under
+            them (`STEREO_TABLES` in `_table`; the posed frames' `_table` is null).
         hands: the episode's `hands_cam` rows.
         opts: fusion settings.
 
@@ -241,6 +251,7 @@ def fuse_hands(frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions) -
     Raises:
         EgolakeError: no frame of the episode has a camera pose.
         InputError: the episode's IMU sidecar or a stereo stream cannot be read.
+        MetadataError: the episode's GPMF track gives no usable IMU.
     """
     if hands.empty:
         return pd.DataFrame(columns=HANDS_WORLD.columns)
@@ -259,7 +270,7 @@ def fuse_hands(frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions) -
             episode_id, stereo.metres_per_unit, stereo.rel_spread, stereo.rel_std, stereo.points_used,
             stereo.keyframes_used, stereo.reason,
         )  # fmt: skip
-    imu = _imu_scale(frames, posed, opts)
+    imu = episode_imu_scale(frames, posed, opts)
     if imu is not None:
         logger.info(
             "IMU scale episode=%s metres_per_unit=%s offset_s=%.4f excitation=%.3f rel_std=%.4f reason=%s",

@@ -1,9 +1,11 @@
-"""Probe one input: checksum, validate sidecars, decode-check, measure, and give a verdict.
+"""Probe one input: checksum, validate sidecars, decode-check, measure, find its IMU, give a verdict.
 
 `probe` never raises for bad input: it returns `ProbeResult(ok=False, reason_code, message)` with
 a code of `udfs.media.reasons.REASONS` and a message naming the file and the problem.
 `probe_with_timeout` runs it in a forked child so a hung or crashing decoder cannot stall the job.
-Duplicates are not judged here (they need the whole batch): see `udfs.media.dedup`.
+Duplicates are not judged here (they need the whole batch): see `udfs.media.dedup`. The IMU is the
+`.imu.csv` sidecar or, without one, the video's GoPro GPMF track (`udfs.media.imu.attach_imu`); a
+damaged track only sets `imu_warning`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 
 from pose_core.errors import EgolakeError, InputError
 from udfs.media.decode import decord_can_decode
+from udfs.media.imu import attach_imu
 from udfs.media.inputs import InputItem
 from udfs.media.reasons import check_reason
 from udfs.media.scan import Scan, scan_sequence, scan_video
@@ -55,6 +58,8 @@ class ProbeOptions:
     sample_frames: int = 8
     # (max - min - one tick) / median of frame durations above this = variable frame rate.
     vfr_tolerance: float = 0.05
+    # Attach the IMU embedded in a video (GoPro GPMF track) when it has no `.imu.csv` sidecar.
+    embedded_imu: bool = True
 
 
 @dataclass
@@ -70,6 +75,9 @@ class ProbeResult:
             demuxing in `sampled` mode), never the header's; duration_s: last - first ts + the
             median frame duration.
         timing_source: `container pts`, `timestamps.txt`, `calib.yaml fps` or `default fps`.
+        imu_path, imu_source, imu_warning: where the IMU is read from (`udfs.media.imu.attach_imu`):
+            the sidecar, or the video itself for its GPMF track (`gpmf`); a damaged or unusable
+            track leaves a warning, never a rejection.
         decoder: backend `DecodeOptions(backend="auto")` will use: `decord`, `pyav` or `opencv`.
         phashes: 64-bit pHashes (unsigned) of up to `sample_frames` evenly spread frames.
         probe_s: wall time of the probe, seconds.
@@ -99,6 +107,8 @@ class ProbeResult:
     calibration_path: str | None = None
     task_path: str | None = None
     imu_path: str | None = None
+    imu_source: str | None = None
+    imu_warning: str | None = None
     timestamps_path: str | None = None
     probe_s: float = 0.0
 
@@ -233,9 +243,12 @@ def _probe_into(item: InputItem, opts: ProbeOptions, result: ProbeResult) -> Non
     result.timing_source = scan.timing_source
     if item.kind == "image_sequence":
         result.decoder = "opencv"
+        result.imu_source = "sidecar" if result.imu_path else None
     else:
         usable = scan.rotation_deg == 0 and decord_can_decode(item.path, result.frame_count or 0)
         result.decoder = "decord" if usable else "pyav"
+        imu = attach_imu(item.path, item.sidecars.imu_path, opts.embedded_imu)
+        result.imu_path, result.imu_source, result.imu_warning = imu.path, imu.source, imu.warning
 
 
 def probe(item: InputItem, opts: ProbeOptions | None = None) -> ProbeResult:

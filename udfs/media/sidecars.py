@@ -42,7 +42,7 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
-from pose_core.errors import InputError
+from pose_core.errors import InputError, ShapeError
 
 __all__ = [
     "CALIB_SUFFIX",
@@ -64,6 +64,7 @@ __all__ = [
     "read_imu",
     "read_task",
     "read_timestamps",
+    "write_imu",
 ]
 
 logger = logging.getLogger(__name__)
@@ -327,6 +328,23 @@ def read_imu(path: str) -> np.ndarray:
     imu = np.asarray(rows, dtype=np.float64)
     _check_increasing(imu[:, 0], line_numbers, path, "IMU")
     return imu
+
+
+def write_imu(path: str, rows: np.ndarray) -> None:
+    """Write an `imu.csv` sidecar; `read_imu` reads it back to the same float64 values.
+
+    Args:
+        path: the file to write.
+        rows: `(N, 7)`: `t_s, ax, ay, az, gx, gy, gz` (seconds, m/s^2, rad/s, camera frame).
+
+    Raises:
+        ShapeError: `rows` is not `(N, 7)`.
+    """
+    rows = np.asarray(rows, dtype=np.float64)
+    if rows.ndim != 2 or rows.shape[1] != len(IMU_HEADER):
+        raise ShapeError("IMU rows", rows.shape, f"(N, {len(IMU_HEADER)})")
+    # 17 significant digits print every float64 exactly.
+    np.savetxt(path, rows, fmt="%.17g", delimiter=",", header=",".join(IMU_HEADER), comments="")
 
 
 def read_timestamps(path: str, n_frames: int) -> np.ndarray:
