@@ -177,10 +177,11 @@ def _scale_ratio(
     scale completion has to match. Inside a segment, speed changes are real motion: head motion
     changes speed 4-6x within half a second (measured on the synthetic walk), so only segment
     starts are checked. Steps that straddle the boundary are not used; speeds below
-    `rest_fraction` of the episode median are at rest, where no scale is observable.
+    `rest_fraction` of the median moving speed are at rest, where no scale is observable (a floor
+    from every step, held centres included, could be 0 and gave ratios of 1e14 on a real clip).
     """
     ratio = np.full(len(step), np.nan)
-    moving = step[np.isfinite(step)]
+    moving = step[np.isfinite(step) & (step > 0)]  # held centres (static, rotation-only) do not move
     if not len(moving):
         return ratio
     floor = rest_fraction * float(np.median(moving))
@@ -317,7 +318,8 @@ def evaluate_episode(signals: EpisodeSignals, thresholds: QAThresholds) -> QARes
         ),
         "scale_jump": (
             worst_ratio > th.max_scale_ratio,
-            f"camera speed changes {worst_ratio:.1f}x across a tracking restart "
+            f"camera speed changes {worst_ratio:.1f}x across the tracking restart at frame "
+            f"{int(np.nanargmax(ratio)) if np.isfinite(ratio).any() else -1} "
             f"(limit {th.max_scale_ratio:g}x): the monocular scale jumped",
             np.nan_to_num(ratio) > th.max_scale_ratio,
         ),

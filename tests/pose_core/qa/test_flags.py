@@ -80,6 +80,26 @@ def test_scale_jump_at_a_tracking_restart_is_flagged_at_that_frame(episode, fact
     assert result.metrics["max_scale_ratio"] > QAThresholds().max_scale_ratio
 
 
+def test_scale_check_ignores_held_centres(episode):
+    # most frames hold their centre (static / rotation-only: zero steps) and the camera crawls before a
+    # restart: the floor comes from the moving steps, so no 1e14x ratio from a near-zero speed
+    centre = _signals(episode).camera_centre.copy()
+    centre[:60] = centre[0]  # two thirds of the frames hold their centre: the median step is 0
+    centre[60:65] = centre[0] + 1e-12 * np.arange(1, 6)[:, None]
+    segment = (np.arange(FRAMES) >= 65).astype(np.int64)
+    result = evaluate_episode(_signals(episode, centre, segment=segment), QAThresholds())
+    assert not np.isfinite(result.metrics["max_scale_ratio"]) or result.metrics["max_scale_ratio"] < 1e3
+    assert "scale_jump" not in result.flags, result.reasons
+
+
+def test_scale_jump_reason_names_the_frame(episode):
+    centre = _signals(episode).camera_centre.copy()
+    centre[45:] = centre[44] + 3.0 * (centre[45:] - centre[44])
+    segment = (np.arange(FRAMES) >= 45).astype(np.int64)
+    result = evaluate_episode(_signals(episode, centre, segment=segment), QAThresholds())
+    assert "restart at frame 45" in result.reasons[0]
+
+
 def test_a_restart_that_keeps_the_scale_passes(episode):
     segment = (np.arange(FRAMES) >= 45).astype(np.int64)
     result = evaluate_episode(_signals(episode, segment=segment), QAThresholds())
