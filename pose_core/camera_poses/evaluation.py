@@ -32,6 +32,7 @@ class TrajectoryErrors:
         path_length_m: length of the ground-truth path over those frames, metres.
         ate_rmse_m: RMSE of the position error after alignment, metres.
         ate_pct_of_path: ``ate_rmse_m`` as a percentage of ``path_length_m``.
+        ate_max_m: the largest position error of any frame after alignment, metres.
         rpe_trans_rmse_m: RMSE of the relative translation error between consecutive frames, metres.
         rpe_rot_rmse_deg: RMSE of the relative rotation error between consecutive frames, degrees.
         scale: scale of the Sim(3) alignment (1.0 for SE(3)).
@@ -41,6 +42,7 @@ class TrajectoryErrors:
     path_length_m: float
     ate_rmse_m: float
     ate_pct_of_path: float
+    ate_max_m: float
     rpe_trans_rmse_m: float
     rpe_rot_rmse_deg: float
     scale: float
@@ -91,6 +93,7 @@ def evaluate_trajectory(
     return TrajectoryErrors(
         num_frames=int(ok.sum()), path_length_m=path, ate_rmse_m=ate,
         ate_pct_of_path=100.0 * ate / path if path > 0 else float("nan"),
+        ate_max_m=float(ape.get_statistic(metrics.StatisticsType.max)),
         rpe_trans_rmse_m=float(rpe_t.get_statistic(metrics.StatisticsType.rmse)),
         rpe_rot_rmse_deg=float(rpe_r.get_statistic(metrics.StatisticsType.rmse)),
         scale=float(scale),

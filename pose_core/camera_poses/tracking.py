@@ -64,9 +64,9 @@ class TrackingState(enum.IntEnum):
     """Tracking state of one frame."""
 
     LOST = 0  # no pose from tracking (completion fills it, flagged)
-    STATIC = 1  # before the first map: rotation-only pose, camera centre held fixed (no translation seen)
+    STATIC = 1  # before the first map, no translation seen: rotation-only pose, camera centre held fixed
     TRACKING = 2  # pose from a map
-    ROTATION_ONLY = 3  # map lost, the view only turning: rotation from the previous frame, centre held
+    ROTATION_ONLY = 3  # no map in view (lost, or none yet while translating): rotation measured, centre held
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,9 @@ class TrackingOptions:
 
     # median rotation-compensated parallax needed to initialise a map, degrees
     init_min_parallax_deg: float = 0.8
+    # before a map exists a frame is STATIC (the camera does not translate) while its median parallax to
+    # the reference stays below this, degrees (KLT noise: ~0.02); above it, ROTATION_ONLY
+    static_max_parallax_deg: float = 0.3
     # inliers of the 5-point RANSAC needed to initialise
     init_min_inliers: int = 60
     # minimum shared tracks with the reference frame before the reference is moved forward (while
@@ -205,7 +208,7 @@ class _Tracker:
             lost = bool(self.keyframes)
             cfw = self._rotated(feat, xy) if lost else self.anchor
             self._set_reference(feat, xy, cfw if np.isfinite(cfw).all() else self.anchor)
-            self._record_without_map(cfw, len(xy))
+            self._record_without_map(cfw, len(xy), translating=lost)
             if lost:
                 self.pending = [(len(self.atlas.rows) - 1, feat, xy)]
             return
@@ -276,7 +279,8 @@ class _Tracker:
                 pending = [*self.pending, (self.ref_row, self.ref[0], self.ref[1])] if lost else []
                 held = self.anchor if lost or not self.prev else self.prev[-1]
                 self._set_reference(feat, xy, cfw if np.isfinite(cfw).all() else held)
-                self._record_without_map(cfw, len(ia))
+                moving = bool(self.atlas.rows) and self.atlas.rows[-1].state == TrackingState.ROTATION_ONLY
+                self._record_without_map(cfw, len(ia), translating=moving)
                 self.pending = pending[-self.opts.max_pending_frames:]
                 return
             _, ia, ib = np.intersect1d(self.ref[0].track_ids, feat.track_ids, return_indices=True)
@@ -292,7 +296,8 @@ class _Tracker:
         self.pending = [*keep, (len(self.atlas.rows), feat, xy)]
         cfw = np.eye(4)
         cfw[:3, :3] = rot
-        self._record_without_map(_hold_centre(cfw @ ref_cfw, ref_cfw), len(ia))
+        translating = par >= self.opts.static_max_parallax_deg
+        self._record_without_map(_hold_centre(cfw @ ref_cfw, ref_cfw), len(ia), translating)
 
     def _rotated(self, feat: FrameFeatures, xy: np.ndarray) -> np.ndarray:
         """Rotation-only pose of ``feat`` from the previous frame's (centre held), ``(4, 4)``.
@@ -316,13 +321,18 @@ class _Tracker:
         cfw[:3, :3] = rot
         return _hold_centre(cfw @ prev_cfw, prev_cfw)
 
-    def _record_without_map(self, cfw: np.ndarray, n: int) -> None:
-        """Record a frame posed by rotation alone: STATIC before any map, ROTATION_ONLY after a loss."""
+    def _record_without_map(self, cfw: np.ndarray, n: int, translating: bool) -> None:
+        """Record a frame posed by rotation alone (LOST when it has no pose).
+
+        STATIC only before any map and while no translation is seen (rotation-compensated parallax
+        below ``static_max_parallax_deg``); else ROTATION_ONLY: the rotation is measured, the
+        translation is not.
+        """
         if not np.isfinite(cfw).all():
             self._record(cfw, TrackingState.LOST, n, False, float("nan"))
             return
-        self._record(cfw, TrackingState.ROTATION_ONLY if self.keyframes else TrackingState.STATIC, n, False,
-                     float("nan"))
+        moving = translating or bool(self.keyframes)
+        self._record(cfw, TrackingState.ROTATION_ONLY if moving else TrackingState.STATIC, n, False, float("nan"))
 
     def _initialise(self, feat: FrameFeatures, xy: np.ndarray, ia: np.ndarray, ib: np.ndarray,
                     motion: RelativeMotion) -> bool:
