@@ -201,7 +201,7 @@ def test_wearer_identity_survives_handedness_flips(episode):
     local = cam[0, 1] - cam[0, 1, 0]
     turn, _ = Rotation.align_vectors([[0.0, 0.0, -1.0]], [local[9]])
     near = turn.apply(local) + np.array([0.1, -0.15, 0.6])  # above the centre: its forearm looks "down"
-    assert np.linalg.norm(near[0]) < WearerOptions().max_reach_m
+    assert np.linalg.norm(near[0]) < WearerOptions().far_m  # not "far": only its pose says bystander
     for f in range(episode.num_frames):
         frame_idx.append(f), kp_cam.append(near), p_right.append(0.9), truth.append("other_1")
         kp_px.append(near[:, :2] / near[:, 2:] * 500.0 + [319.5, 239.5])
