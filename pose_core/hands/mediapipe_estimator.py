@@ -16,9 +16,9 @@ edge: a tracked hand is kept while its presence score stays above a lower thresh
 hand needs (hysteresis), and the palm detector looks, besides the whole frame, at zoomed square
 windows that reach beyond the frame's edges (`rois.detection_windows`). In image mode and on a
 video's first frame it looks at all of them; in video mode, while a hand is missing, at one view per
-frame, taking turns with the whole frame, and first near where a tracked hand was just lost. On the
-ego clips the palm detector scores a blurred hand at the edge 0.3-0.4 on the whole frame and
-0.8-0.9 in a window of 0.6 of the frame.
+frame, taking turns with the whole frame, and every other frame near where a tracked hand was just
+lost. On the ego clips the palm detector scores a blurred hand at the edge 0.3-0.4 on the whole
+frame and 0.8-0.9 in a window of 0.6 of the frame.
 """
 
 from __future__ import annotations
@@ -82,6 +82,10 @@ class MediaPipeOptions:
     # Move a tracked hand's region by the hand's last frame-to-frame motion before the landmark model
     # runs in it (constant velocity; MediaPipe uses the previous region as it is).
     predict_motion: bool = True
+    # A region whose presence score is short of its threshold but at least this gets a second landmark
+    # pass in the region of its own keypoints (as tracking would next frame): a palm detection of a
+    # hand cut by the edge often gives a poor first region. 1 disables.
+    refine_presence: float = 0.05
     # Side of the zoomed detection windows, fraction of the frame's long side; 0 disables them.
     window_fraction: float = 0.6
     # The windows reach this fraction of their side beyond the frame's edges (black), so a hand cut by
@@ -93,8 +97,8 @@ class MediaPipeOptions:
     # take turns: whole frame, window 1, whole frame, window 2, ... (MediaPipe runs the whole frame
     # every such frame: one run costs about as much as the landmark model on a tracked hand) ...
     detections_per_frame: int = 1
-    # ... except for this many frames after a tracked hand was lost: then the window nearest to where
-    # it was is searched first.
+    # ... except for this many frames after a tracked hand was lost: then every other frame the window
+    # nearest to where it was is searched first.
     reacquire_frames: int = 10
 
     def __post_init__(self) -> None:
@@ -237,7 +241,7 @@ class MediaPipeHandEstimator:
             self._first_frame = False
             return [None, *windows]
         chosen: list[tuple[float, float, float] | None] = []
-        if self._lost and windows:
+        if self._lost and windows and self._lost[0][1] % 2 == 0:
             centres = np.array([[x + side / 2.0, y + side / 2.0] for x, y, side in windows])
             chosen.append(windows[int(np.argmin(np.linalg.norm(centres - self._lost[0][0], axis=1)))])
         cycle = [view for window in windows for view in (None, window)] or [None]
@@ -262,8 +266,10 @@ class MediaPipeHandEstimator:
         for rect, min_presence, origin in candidates:
             if len(hands) >= self.opts.max_num_hands:
                 return
-            hand = self._landmarks(image, rect, min_presence)
-            if hand is None:
+            hand = self._landmarks(image, rect)
+            if self.opts.refine_presence <= hand.score < min_presence:
+                hand = self._landmarks(image, rect_from_keypoints(hand.keypoints_px))
+            if hand.score < min_presence:
                 continue
             box = _box(hand.keypoints_px)
             others = [_box(other.keypoints_px) for other in hands]
@@ -299,16 +305,14 @@ class MediaPipeHandEstimator:
             rects.append((rect_from_palm(box_px.ravel(), (kp * size - offset) / scale), float(score)))
         return rects
 
-    def _landmarks(self, image: np.ndarray, rect: RotatedRect, min_presence: float) -> HandObservation | None:
-        """Landmark model in one rect; None when its hand-presence score is below `min_presence`."""
+    def _landmarks(self, image: np.ndarray, rect: RotatedRect) -> HandObservation:
+        """Landmark model in one rect (its `score` is the model's hand-presence score)."""
         crop = crop_rect(image, rect, _LANDMARK_INPUT)
         inp, out = self._landmark.get_input_details()[0], self._landmark.get_output_details()
         self._landmark.set_tensor(inp["index"], crop[None])
         self._landmark.invoke()
         landmarks, presence, left_score, world = (self._landmark.get_tensor(o["index"])[0] for o in out)
         score = float(presence.reshape(-1)[0])
-        if score < min_presence:
-            return None
         local = landmarks.reshape(21, 3)[:, :2] / _LANDMARK_INPUT
         img_from_unit = rect.image_from_rect()
         keypoints_px = local @ img_from_unit[:, :2].T + img_from_unit[:, 2]

@@ -169,7 +169,8 @@ def detection_windows(
         overlap: least overlap of neighbouring windows, fraction of their side.
 
     Returns:
-        `(x0, y0, side)` of each window, pixels, row by row from the top left.
+        `(x0, y0, side)` of each window, pixels, row by row from the top left; one row (column) centred
+        on the frame where the side is at least the frame's height (width).
     """
     if fraction <= 0:
         return []
@@ -178,7 +179,7 @@ def detection_windows(
 
     def starts(extent: float) -> np.ndarray:
         span = extent + 2.0 * pad - side
-        if span <= 0:
+        if side >= extent:
             return np.array([(extent - side) / 2.0])
         count = int(np.ceil(span / (side * (1.0 - overlap)))) + 1
         return np.linspace(-pad, extent + pad - side, count)

@@ -13,7 +13,8 @@ detector's handedness flip in a few frames cannot swap identities.
    evidence of one in most of its frames: the wrist beyond `far_m` (twice arm's reach: depth is
    trusted only this coarsely), the forearm pointing away from the camera (fingers towards it; from
    the fit's rotation, which does not depend on the hand's scale), or an arm reaching down from the top
-   into the upper half of the view. A third hand alongside both of the wearer's is another person's too.
+   into the upper half of the view; distance does not count for an arm entering from below. A third
+   hand alongside both of the wearer's is another person's too.
 3. **Sides.** Each wearer track votes over its frames with the detector's handedness, the forearm's
    direction in the image (the wearer's right arm comes from the lower right, also when the hand
    crosses to the left) and the side of the view it is on. Wearer tracks that overlap in time get
@@ -113,7 +114,12 @@ def _palm_px(keypoints_px: np.ndarray) -> np.ndarray:
 def bystander_evidence(
     keypoints_cam: np.ndarray, keypoints_px: np.ndarray, opts: WearerOptions
 ) -> np.ndarray:
-    """Per observation: does it show evidence of another person's hand (far, facing, from the top)?
+    """Per observation: does it show evidence of another person's hand?
+
+    Evidence: the fingers pointing at the camera, an arm reaching down from the top into the upper half
+    of the view, or the wrist beyond `far_m`; distance does not count for an arm that enters from below
+    (its forearm not pointing up in the image, its wrist below the optical axis), the wearer's own way
+    of reaching in: a wide-angle camera's hands are placed too far under the focal-length prior.
 
     Args:
         keypoints_cam: camera-frame keypoints, metres, `(N, 21, 3)` (scale only matters for `far_m`).
@@ -128,7 +134,8 @@ def bystander_evidence(
     facing = _unit(wrist - keypoints_cam[:, 9])[:, 2] > opts.max_forearm_away
     arm_px = _unit(keypoints_px[:, 0] - keypoints_px[:, 9])
     from_top = (-arm_px[:, 1] > opts.min_up_component) & (wrist[:, 1] < 0.0)
-    return far | facing | from_top
+    from_below = (arm_px[:, 1] >= 0.0) & (wrist[:, 1] > 0.0)
+    return facing | from_top | (far & ~from_below)
 
 
 def side_evidence(
