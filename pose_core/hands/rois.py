@@ -142,8 +142,8 @@ def square_crop(
     """
     height, width = image.shape[:2]
     scale = size / side
-    ix0, iy0 = max(round(x0), 0), max(round(y0), 0)
-    ix1, iy1 = min(round(x0 + side), width), min(round(y0 + side), height)
+    ix0, iy0 = max(int(np.ceil(x0)), 0), max(int(np.ceil(y0)), 0)
+    ix1, iy1 = min(int(np.floor(x0 + side)), width), min(int(np.floor(y0 + side)), height)
     square = np.zeros((size, size, 3), np.float32)
     if ix1 <= ix0 or iy1 <= iy0:
         return square, scale, np.array([-x0 * scale, -y0 * scale])
