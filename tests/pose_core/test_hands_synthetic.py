@@ -125,7 +125,7 @@ def test_world_mpjpe_with_realistic_shape_noise_holds_hand_size(episode, model_s
     directions), so such a model still lands within the bound.
     """
     obs = _observe(episode, np.random.default_rng(0), REALISTIC_SHAPE_NOISE_M, scale=model_scale)
-    model = FitOptions(skeleton="model")
+    model = FitOptions(skeleton="model", articulated=ArticulatedOptions(enabled=False))  # the rigid model fit
     per_frame, seen = _fit_world(episode, obs, opts=model)
     held, seen_held = _fit_world(episode, obs, hold_size=True, opts=model)
     canonical, seen_canonical = _fit_world(episode, obs, hold_size=True)
