@@ -160,8 +160,8 @@ HANDS_CAM = TableSchema(
             pa.field("fit_valid", pa.bool_()),  # the metric fit converged inside the allowed depth range
             pa.field("fit_residual_px", pa.float32()),  # RMS reprojection error of the fit, pixels
             pa.field("fit_keypoints", pa.int32()),  # keypoints supporting the fit
-            pa.field("shape_source", pa.string()),  # model (estimator's 3-D shape) | template
-            pa.field("model_palm_size_m", pa.float32()),  # palm size of the model shape; NaN: template
+            pa.field("shape_source", pa.string()),  # canonical (skeleton) | model (its own shape) | template
+            pa.field("model_palm_size_m", pa.float32()),  # model shape's palm size (model fits); else NaN
             pa.field("box_px", pa.list_(pa.float32())),  # x0, y0, x1, y1 around the hand with margin, px
             pa.field("depth_source", pa.string()),  # where metric depth comes from: hand_size_prior
             pa.field("intrinsics_px", pa.list_(pa.float64())),  # fx, fy, cx, cy the fit used (pinhole)

@@ -2,9 +2,11 @@
 
 A monocular image fixes a hand's 3-D position only up to scale; the scale comes from the hand's size.
 The fit is a PnP problem: a metric hand shape (21 points, metres, hand frame) is posed rigidly
-(`cam_from_hand`) so that it projects onto the detected keypoints. The shape is the model's own
-articulated 3-D shape when the estimator gives one (`HandObservation.keypoints_rel_m`), rescaled to the
-prior, else a flat template hand fitted on its (near-rigid) palm keypoints only.
+(`cam_from_hand`) so that it projects onto the detected keypoints. When the estimator gives an
+articulated 3-D shape (`HandObservation.keypoints_rel_m`), the shape is its pose on the canonical
+skeleton (`skeleton.retarget`: the model's bone directions, the canonical bone lengths at the prior's
+size; `FitOptions.skeleton`), or the model's shape itself rescaled to the prior; without one, a flat
+template hand fitted on its (near-rigid) palm keypoints only.
 
 Hand-size prior: the mean distance from the wrist (keypoint 0) to the four finger MCP joints (5, 9, 13,
 17) of an adult hand is about 0.090 m (about 0.47 of a 0.19 m hand length, wrist crease to middle
@@ -16,13 +18,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import cv2
 import numpy as np
 
 from pose_core.errors import ShapeError
 from pose_core.geometry.camera import Camera
+from pose_core.hands.articulated import ArticulatedOptions, refine_articulated
 from pose_core.hands.estimator import NUM_KEYPOINTS, HandObservation
+from pose_core.hands.skeleton import bone_lengths, canonical_palm_size, retarget
 
 __all__ = [
     "TEMPLATE_RIGHT_HAND",
@@ -68,6 +73,12 @@ class FitOptions:
 
     # The hand-size prior that sets the metric scale.
     prior: HandSizePrior = field(default_factory=HandSizePrior)
+    # Shape posed onto the keypoints when the estimator gives a 3-D hand: "canonical" (its bone
+    # directions on the canonical adult skeleton at the prior's size: one size and one set of
+    # proportions for every frame) or "model" (the estimator's shape rescaled to the prior's palm size).
+    skeleton: Literal["canonical", "model"] = "canonical"
+    # Articulated refinement of fits of a model's shape: fingers bent to the 2-D keypoints, bones rigid.
+    articulated: ArticulatedOptions = field(default_factory=ArticulatedOptions)
     # Fewest finite keypoints needed to fit (fewer gives an invalid fit).
     min_keypoints: int = 6
     # Fits whose hand wrist lands nearer than this or farther than `max_depth_m` are invalid, metres.
@@ -84,10 +95,12 @@ class HandFit:
         cam_from_hand: rigid transform of the shape into the camera, `(4, 4)`.
         residual_px: RMS reprojection error of the supporting keypoints, pixels.
         num_keypoints: keypoints that supported the fit.
-        shape_source: ``"model"`` (the estimator's articulated shape) or ``"template"``.
+        shape_source: ``"canonical"`` (the estimator's articulation on the canonical skeleton),
+            ``"model"`` (the estimator's shape rescaled) or ``"template"``.
         valid: the fit succeeded and its depth is within the allowed range.
         model_palm_size_m: palm size of the estimator's shape before it was rescaled to the prior,
-            metres as the model gives them; NaN for template fits. `fusion.hold_hand_size` uses it.
+            metres as the model gives them, for ``"model"`` fits, whose size follows it;
+            `fusion.hold_hand_size` uses it. NaN for canonical and template fits, whose size does not.
     """
 
     keypoints_cam: np.ndarray
@@ -161,8 +174,9 @@ def fit_keypoints(  # noqa: PLR0913, PLR0917 -- the PnP inputs plus options
 def fit_hand(hand: HandObservation, camera_k: np.ndarray, opts: FitOptions | None = None) -> HandFit:
     """Metric 3-D keypoints of one detected hand, camera frame.
 
-    Uses the estimator's articulated shape (all keypoints) when present, else the template hand
-    (mirrored for a left hand) on the palm keypoints, which barely move as fingers flex.
+    Uses the estimator's articulated shape (all keypoints) when present, on the canonical skeleton or
+    as it is (`FitOptions.skeleton`), else the template hand (mirrored for a left hand) on the palm
+    keypoints, which barely move as fingers flex.
 
     Args:
         hand: one detected hand.
@@ -173,18 +187,42 @@ def fit_hand(hand: HandObservation, camera_k: np.ndarray, opts: FitOptions | Non
         The fit (see `HandFit`); its `keypoints_cam` are in metres, `(21, 3)`.
     """
     opts = opts or FitOptions()
+    use_all = np.ones(NUM_KEYPOINTS, bool)
     if hand.keypoints_rel_m is not None and np.isfinite(hand.keypoints_rel_m).all():
         shape = hand.keypoints_rel_m - hand.keypoints_rel_m[0]
+        if opts.skeleton == "canonical":
+            lengths = bone_lengths() * (opts.prior.palm_size_m / canonical_palm_size())
+            shape = retarget(shape, lengths)
+            return _refined(fit_keypoints(hand.keypoints_px, shape, camera_k, use_all, opts, "canonical"),
+                            hand.keypoints_px, shape, camera_k, opts)  # fmt: skip
         model_size = palm_size(shape)
         shape = shape * (opts.prior.palm_size_m / model_size)
-        use = np.ones(NUM_KEYPOINTS, bool)
-        fit = fit_keypoints(hand.keypoints_px, shape, camera_k, use, opts, "model")
-        return replace(fit, model_palm_size_m=model_size)
+        fit = fit_keypoints(hand.keypoints_px, shape, camera_k, use_all, opts, "model")
+        return replace(_refined(fit, hand.keypoints_px, shape, camera_k, opts), model_palm_size_m=model_size)
     mirror = np.array([-1.0, 1.0, 1.0]) if hand.handedness == "left" else np.ones(3)
     shape = TEMPLATE_RIGHT_HAND * mirror * (opts.prior.palm_size_m / palm_size(TEMPLATE_RIGHT_HAND))
     use = np.zeros(NUM_KEYPOINTS, bool)
     use[list(PALM_KEYPOINTS)] = True
     return fit_keypoints(hand.keypoints_px, shape, camera_k, use, opts, "template")
+
+
+def _refined(
+    fit: HandFit, keypoints_px: np.ndarray, shape_m: np.ndarray, camera_k: np.ndarray, opts: FitOptions
+) -> HandFit:
+    """`fit` after the articulated refinement (when enabled and the fit used every keypoint)."""
+    if not (opts.articulated.enabled and fit.valid and np.isfinite(keypoints_px).all()):
+        return fit
+    keypoints_cam = refine_articulated(keypoints_px, shape_m, camera_k, fit.cam_from_hand, opts.articulated)
+    projected = keypoints_cam @ camera_k.T
+    residual = projected[:, :2] / projected[:, 2:] - keypoints_px
+    depth = keypoints_cam[0, 2]
+    valid = bool(opts.min_depth_m <= depth <= opts.max_depth_m and (keypoints_cam[:, 2] > 0).all())
+    return replace(
+        fit,
+        keypoints_cam=keypoints_cam,
+        residual_px=float(np.sqrt(np.mean(np.sum(residual**2, axis=1)))),
+        valid=valid,
+    )
 
 
 def fit_hand_with_camera(hand: HandObservation, camera: Camera, opts: FitOptions | None = None) -> HandFit:

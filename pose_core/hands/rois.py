@@ -2,7 +2,9 @@
 
 This is the geometry of MediaPipe's hand pipeline (SSD anchors of the 192x192 full palm detector,
 weighted non-maximum suppression, the rotated hand rectangle, and the rectangle that tracks a hand
-from its previous keypoints), written in pixels of the full image.
+from its previous keypoints), written in pixels of the full image, plus the zoomed square windows
+(`detection_windows`, `square_crop`) in which the palm detector also looks for small hands and hands
+cut by the frame's edge.
 
 Convention: a `RotatedRect` with centre `c`, size `(w, h)` and angle `r` maps a point `(u, v)` of its
 own frame (centred, x right, y down, pixels) to the image at `c + R(r) @ (u, v)`, with
@@ -22,10 +24,12 @@ __all__ = [
     "RotatedRect",
     "crop_rect",
     "decode_palms",
+    "detection_windows",
     "letterbox",
     "palm_anchors",
     "rect_from_keypoints",
     "rect_from_palm",
+    "square_crop",
     "ssd_anchors",
 ]
 
@@ -123,6 +127,64 @@ def letterbox(image: np.ndarray, size: int) -> tuple[np.ndarray, float, np.ndarr
     resized = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_AREA)
     square[pad_y : pad_y + new_h, pad_x : pad_x + new_w] = resized.astype(np.float32) / 255.0
     return square, scale, np.array([pad_x, pad_y], np.float64)
+
+
+def square_crop(
+    image: np.ndarray, x0: float, y0: float, side: float, size: int
+) -> tuple[np.ndarray, float, np.ndarray]:
+    """The square `[x0, x0 + side) x [y0, y0 + side)` of `image` `(H, W, 3)` uint8, pixels, resized to `size`.
+
+    The square may reach beyond the image: that part is black, as in `letterbox`.
+
+    Returns:
+        The `(size, size, 3)` float32 square in [0, 1], the scale (square pixels per image pixel) and
+        the offset `(2,)` (x, y): `square_px = image_px * scale + offset`.
+    """
+    height, width = image.shape[:2]
+    scale = size / side
+    ix0, iy0 = max(int(np.ceil(x0)), 0), max(int(np.ceil(y0)), 0)
+    ix1, iy1 = min(int(np.floor(x0 + side)), width), min(int(np.floor(y0 + side)), height)
+    square = np.zeros((size, size, 3), np.float32)
+    if ix1 <= ix0 or iy1 <= iy0:
+        return square, scale, np.array([-x0 * scale, -y0 * scale])
+    px0, py0 = round((ix0 - x0) * scale), round((iy0 - y0) * scale)
+    new_w = min(max(round((ix1 - ix0) * scale), 1), size - px0)
+    new_h = min(max(round((iy1 - iy0) * scale), 1), size - py0)
+    part = cv2.resize(image[iy0:iy1, ix0:ix1], (new_w, new_h), interpolation=cv2.INTER_AREA)
+    square[py0 : py0 + new_h, px0 : px0 + new_w] = part.astype(np.float32) / 255.0
+    offset = np.array([px0 - ix0 * new_w / (ix1 - ix0), py0 - iy0 * new_h / (iy1 - iy0)])
+    return square, float(new_w / (ix1 - ix0)), offset
+
+
+def detection_windows(
+    height: int, width: int, fraction: float, padding: float, overlap: float
+) -> list[tuple[float, float, float]]:
+    """Overlapping square windows over a frame, reaching beyond its edges, for zoomed palm detection.
+
+    Args:
+        height: frame height, pixels.
+        width: frame width, pixels.
+        fraction: window side as a fraction of the frame's long side (0 gives no windows).
+        padding: how far the windows reach beyond the frame's edges, fraction of their side.
+        overlap: least overlap of neighbouring windows, fraction of their side.
+
+    Returns:
+        `(x0, y0, side)` of each window, pixels, row by row from the top left; one row (column) centred
+        on the frame where the side is at least the frame's height (width).
+    """
+    if fraction <= 0:
+        return []
+    side = fraction * max(height, width)
+    pad = padding * side
+
+    def starts(extent: float) -> np.ndarray:
+        span = extent + 2.0 * pad - side
+        if side >= extent:
+            return np.array([(extent - side) / 2.0])
+        count = int(np.ceil(span / (side * (1.0 - overlap)))) + 1
+        return np.linspace(-pad, extent + pad - side, count)
+
+    return [(float(x), float(y), side) for y in starts(height) for x in starts(width)]
 
 
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:

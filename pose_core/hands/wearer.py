@@ -1,14 +1,24 @@
 """Wearer association: which hands are the camera wearer's, which is left and right, held over time.
 
-Hands are first linked into tracks by motion (wrist continuity in the camera frame), so a label is a
-property of a whole track, decided by evidence summed over its frames: a detector's handedness flip in
-a few frames cannot swap identities. A track is the wearer's when most of its frames pass the geometry
-checks: within arm's reach of the camera, the forearm (wrist minus middle-finger base, extended past
-the wrist) pointing back towards the camera rather than away from it (another person's hand reaching
-towards the wearer has its wrist beyond its knuckles), and entering the view from the bottom. The
-forearm is not required to point at one body point: hands turned inward over a table have forearms
-running sideways towards the elbows. Wearer tracks become ``wearer_left`` / ``wearer_right`` from detector handedness and which side
-of the view they are on; other tracks become ``other_<n>`` in order of appearance.
+Every decision uses evidence that holds without metric depth: a monocular fit's depth is only as good
+as the hand-size prior and the intrinsics, and on a blurred or half-visible hand it is off by tens of
+centimetres. A label is a property of a whole track, decided by evidence summed over its frames, so a
+detector's handedness flip in a few frames cannot swap identities.
+
+1. **Tracks.** Observations are linked frame to frame by their 2-D keypoints: Hungarian matching on
+   the median keypoint distance to each track's constant-velocity prediction, in units of the hand's
+   size in the image (palm size: mean wrist -> finger-base distance), plus a size-change and a
+   handedness term; gated, and a track survives short misses.
+2. **Bystanders.** A track is another person's (``other_<n>``, in order of appearance) only with
+   evidence of one in most of its frames: the wrist beyond `far_m` (twice arm's reach: depth is
+   trusted only this coarsely), the forearm pointing away from the camera (fingers towards it; from
+   the fit's rotation, which does not depend on the hand's scale), or an arm reaching down from the top
+   into the upper half of the view; distance does not count for an arm entering from below. A third
+   hand alongside both of the wearer's is another person's too.
+3. **Sides.** Each wearer track votes over its frames with the detector's handedness, the forearm's
+   direction in the image (the wearer's right arm comes from the lower right, also when the hand
+   crosses to the left) and the side of the view it is on. Wearer tracks that overlap in time get
+   different sides, the track with the most evidence first.
 """
 
 from __future__ import annotations
@@ -21,41 +31,56 @@ from scipy.optimize import linear_sum_assignment
 
 from pose_core.errors import ShapeError
 
-__all__ = ["WearerAssignment", "WearerOptions", "assign_identities", "wearer_geometry"]
+__all__ = ["WearerAssignment", "WearerOptions", "assign_identities", "bystander_evidence", "side_evidence"]
 
 logger = logging.getLogger(__name__)
 
-_PALM = [0, 5, 9, 13, 17]
+_MCPS = [5, 9, 13, 17]
+_UNMATCHED = 1e6
 
 
 @dataclass(frozen=True)
 class WearerOptions:
     """Settings of wearer association and identity tracking."""
 
-    # A wearer's wrist is at most this far from the camera, metres (arm's reach from the head).
-    max_reach_m: float = 0.9
-    # Largest component along the optical axis (z forward) of the forearm's unit direction (wrist minus
-    # middle-finger base, camera frame): above it the forearm points away from the camera, as another
-    # person's reaching towards the wearer does.
-    max_forearm_away: float = 0.6
-    # Smallest downward component of the forearm's unit direction in the image (bottom entry).
-    min_down_component: float = -0.3
-    # Fraction of a track's frames that must pass the geometry for it to be the wearer's.
-    min_wearer_fraction: float = 0.5
-    # Largest palm-centre move between two consecutive observations of one track, metres.
-    max_match_m: float = 0.15
-    # Matching cost per unit of handedness-probability disagreement, metres.
-    handedness_cost_m: float = 0.1
-    # Two wearer tracks sharing at least this many frames cannot share a side.
-    min_conflict_frames: int = 5
-    # After a miss the gate grows with the frames since the last observation, up to this factor.
-    max_gate_growth: int = 2
+    # Largest median keypoint distance between an observation and a track's prediction, in hand sizes
+    # (the image palm size), for one frame since the track's last observation ...
+    max_match_palms: float = 1.0
+    # ... growing with the frames since then, up to this many times.
+    max_gate_growth: int = 3
+    # Matching cost per unit of |log| of the palm-size ratio between an observation and its track.
+    size_cost: float = 0.5
+    # Matching cost per unit of handedness-probability disagreement with the track's mean.
+    handedness_cost: float = 0.2
     # A track unseen for more frames than this ends.
     max_lost_frames: int = 15
-    # Weight of the view side (wrist x in the camera) against detector handedness when picking sides.
-    side_weight: float = 0.5
-    # Horizontal distance over which the view-side evidence saturates, metres.
-    side_scale_m: float = 0.2
+    # Bystander evidence: a wrist farther than this from the camera, metres (about twice arm's reach).
+    far_m: float = 1.5
+    # Bystander evidence: largest component along the optical axis (z forward) of the forearm's unit
+    # direction (wrist minus middle-finger base, camera frame); above it the fingers point at the camera.
+    max_forearm_away: float = 0.6
+    # Bystander evidence: an upward component of the forearm's image direction above this, with the
+    # wrist above the optical axis, is an arm reaching down from the top.
+    min_up_component: float = 0.85
+    # A track is another person's when at least this fraction of its frames shows bystander evidence.
+    min_other_fraction: float = 0.5
+    # Side votes (each in [-1, 1], right positive): weight of the detector's handedness (2 p - 1) ...
+    handedness_weight: float = 1.0
+    # ... of the forearm's horizontal image direction (the wearer's right forearm points right) ...
+    arm_weight: float = 1.0
+    # ... and of the side of the view (tanh of the wrist's x / z over `view_scale`).
+    view_weight: float = 0.5
+    # Horizontal view angle (tangent) over which the view-side vote saturates.
+    view_scale: float = 0.3
+    # Two wearer tracks sharing at least this many frames cannot share a side.
+    min_conflict_frames: int = 5
+
+    def __post_init__(self) -> None:
+        if self.max_match_palms <= 0 or self.max_gate_growth < 1 or self.max_lost_frames < 1:
+            raise ValueError(
+                "fusion.wearer: max_match_palms > 0, max_gate_growth >= 1, max_lost_frames >= 1 needed, got "
+                f"{self.max_match_palms}, {self.max_gate_growth}, {self.max_lost_frames}"
+            )
 
 
 @dataclass(frozen=True)
@@ -65,74 +90,142 @@ class WearerAssignment:
     Attributes:
         track_id: motion track of each observation, `(N,)` int.
         identity: ``wearer_left``, ``wearer_right`` or ``other_<n>``, `(N,)` str.
-        wearer_geometry: the observation passes the wearer geometry checks, `(N,)` bool.
+        bystander: the observation shows evidence of another person's hand, `(N,)` bool.
         identity_switch: this identity was held by another track at its previous observation, `(N,)` bool.
     """
 
     track_id: np.ndarray
     identity: np.ndarray
-    wearer_geometry: np.ndarray
+    bystander: np.ndarray
     identity_switch: np.ndarray
 
 
-def wearer_geometry(keypoints_cam: np.ndarray, keypoints_px: np.ndarray, opts: WearerOptions) -> np.ndarray:
-    """Per-observation wearer checks (reach, forearm towards the body, entry from the bottom).
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+
+
+def _palm_px(keypoints_px: np.ndarray) -> np.ndarray:
+    """Hand size in the image: mean wrist -> finger-base distance, pixels, `(N,)`."""
+    return np.maximum(
+        np.linalg.norm(keypoints_px[:, _MCPS] - keypoints_px[:, :1], axis=-1).mean(axis=-1), 1.0
+    )
+
+
+def bystander_evidence(
+    keypoints_cam: np.ndarray, keypoints_px: np.ndarray, opts: WearerOptions
+) -> np.ndarray:
+    """Per observation: does it show evidence of another person's hand?
+
+    Evidence: the fingers pointing at the camera, an arm reaching down from the top into the upper half
+    of the view, or the wrist beyond `far_m`; distance does not count for an arm that enters from below
+    (its forearm not pointing up in the image, its wrist below the optical axis), the wearer's own way
+    of reaching in: a wide-angle camera's hands are placed too far under the focal-length prior.
 
     Args:
-        keypoints_cam: camera-frame keypoints, metres, `(N, 21, 3)`.
+        keypoints_cam: camera-frame keypoints, metres, `(N, 21, 3)` (scale only matters for `far_m`).
         keypoints_px: image keypoints, pixels, `(N, 21, 2)`.
         opts: settings.
 
     Returns:
-        `(N,)` bool, True where all three checks pass.
+        `(N,)` bool.
     """
     wrist = keypoints_cam[:, 0]
-    reach = np.linalg.norm(wrist, axis=-1) <= opts.max_reach_m
-    forearm = wrist - keypoints_cam[:, 9]
-    away = forearm[:, 2] / np.maximum(np.linalg.norm(forearm, axis=-1), 1e-9)
-    forearm_px = keypoints_px[:, 0] - keypoints_px[:, 9]
-    down = forearm_px[:, 1] / np.maximum(np.linalg.norm(forearm_px, axis=-1), 1e-9)
-    return reach & (away <= opts.max_forearm_away) & (down >= opts.min_down_component)
+    far = np.linalg.norm(wrist, axis=-1) > opts.far_m
+    facing = _unit(wrist - keypoints_cam[:, 9])[:, 2] > opts.max_forearm_away
+    arm_px = _unit(keypoints_px[:, 0] - keypoints_px[:, 9])
+    from_top = (-arm_px[:, 1] > opts.min_up_component) & (wrist[:, 1] < 0.0)
+    from_below = (arm_px[:, 1] >= 0.0) & (wrist[:, 1] > 0.0)
+    return facing | from_top | (far & ~from_below)
+
+
+def side_evidence(
+    keypoints_cam: np.ndarray, keypoints_px: np.ndarray, p_right: np.ndarray, opts: WearerOptions
+) -> np.ndarray:
+    """Per-observation vote for the wearer's right (> 0) or left (< 0) hand.
+
+    Args:
+        keypoints_cam: camera-frame keypoints, `(N, 21, 3)` (only the wrist's direction x / z is used).
+        keypoints_px: image keypoints, pixels, `(N, 21, 2)`.
+        p_right: detector probability of a right hand, `(N,)`.
+        opts: settings (the weights).
+
+    Returns:
+        `(N,)`, in [-w, w] with w the sum of the weights.
+    """
+    arm_x = _unit(keypoints_px[:, 0] - keypoints_px[:, 9])[:, 0]
+    wrist = keypoints_cam[:, 0]
+    view = np.tanh(wrist[:, 0] / np.maximum(wrist[:, 2], 1e-6) / opts.view_scale)
+    return opts.handedness_weight * (2.0 * p_right - 1.0) + opts.arm_weight * arm_x + opts.view_weight * view
+
+
+@dataclass
+class _Track:
+    """A motion track while it is being linked."""
+
+    keypoints_px: np.ndarray  # (21, 2) last observation
+    velocity_px: np.ndarray  # (21, 2) per frame
+    frame: int
+    size_px: float
+    p_sum: float
+    count: int
+
+    def cost(
+        self, keypoints_px: np.ndarray, size_px: float, p_right: float, frame: int, opts: WearerOptions
+    ) -> float:
+        """Matching cost of an observation, or `_UNMATCHED` outside the gate."""
+        gap = frame - self.frame
+        predicted = self.keypoints_px + self.velocity_px * gap
+        scale = max(size_px, self.size_px)
+        distance = float(np.median(np.linalg.norm(keypoints_px - predicted, axis=-1))) / scale
+        if distance > opts.max_match_palms * min(gap, opts.max_gate_growth):
+            return _UNMATCHED
+        size = opts.size_cost * abs(np.log(size_px / self.size_px))
+        return distance + size + opts.handedness_cost * abs(p_right - self.p_sum / self.count)
+
+    def extend(self, keypoints_px: np.ndarray, size_px: float, p_right: float, frame: int) -> None:
+        self.velocity_px = (keypoints_px - self.keypoints_px) / (frame - self.frame)
+        self.keypoints_px, self.size_px, self.frame = keypoints_px, size_px, frame
+        self.p_sum += p_right
+        self.count += 1
 
 
 def _link_tracks(
-    frame_idx: np.ndarray, centres: np.ndarray, p_right: np.ndarray, opts: WearerOptions
+    frame_idx: np.ndarray, keypoints_px: np.ndarray, p_right: np.ndarray, opts: WearerOptions
 ) -> np.ndarray:
-    """Motion tracks: Hungarian matching of palm centres frame to frame, gated by distance and age.
+    """Motion tracks by 2-D keypoints: Hungarian matching to constant-velocity predictions, gated.
 
-    The cost adds `handedness_cost_m` times the handedness disagreement with the track's last
-    observation, which breaks ties when two hands come close; the gate uses the distance alone.
+    Args:
+        frame_idx: sorted frames of the observations, `(N,)`.
+        keypoints_px: `(N, 21, 2)` pixels.
+        p_right: `(N,)`.
+        opts: settings.
+
+    Returns:
+        Track of each observation, `(N,)` int, numbered in order of appearance.
     """
     track_id = np.full(len(frame_idx), -1)
-    last_centre: dict[int, np.ndarray] = {}
-    last_frame: dict[int, int] = {}
-    last_p: dict[int, float] = {}
+    size = _palm_px(keypoints_px)
+    tracks: list[_Track] = []
     for frame in np.unique(frame_idx):
         members = np.flatnonzero(frame_idx == frame)
-        live = [t for t in last_frame if frame - last_frame[t] <= opts.max_lost_frames]
+        live = [t for t, track in enumerate(tracks) if frame - track.frame <= opts.max_lost_frames]
         if live:
-            dist = np.linalg.norm(
-                centres[members][:, None] - np.array([last_centre[t] for t in live])[None], axis=-1
-            )
-            flip = np.abs(p_right[members][:, None] - np.array([last_p[t] for t in live])[None])
-            cost = dist + opts.handedness_cost_m * flip
+            cost = np.array([
+                [tracks[t].cost(keypoints_px[o], size[o], p_right[o], int(frame), opts) for t in live]
+                for o in members
+            ])  # fmt: skip
             for row, col in zip(*linear_sum_assignment(cost), strict=True):
-                gate = opts.max_match_m * min(frame - last_frame[live[col]], opts.max_gate_growth)
-                if dist[row, col] <= gate:
+                if cost[row, col] < _UNMATCHED:
                     track_id[members[row]] = live[col]
         for obs in members:
             if track_id[obs] < 0:
-                track_id[obs] = len(last_frame)
-            last_centre[int(track_id[obs])] = centres[obs]
-            last_frame[int(track_id[obs])] = int(frame)
-            last_p[int(track_id[obs])] = float(p_right[obs])
+                track_id[obs] = len(tracks)
+                tracks.append(
+                    _Track(keypoints_px[obs], np.zeros((21, 2)), int(frame), size[obs], p_right[obs], 1)
+                )
+            else:
+                tracks[track_id[obs]].extend(keypoints_px[obs], size[obs], p_right[obs], int(frame))
     return track_id
-
-
-def _side_evidence(keypoints_cam: np.ndarray, p_right: np.ndarray, opts: WearerOptions) -> np.ndarray:
-    """Per-observation evidence for 'right' (> 0) or 'left' (< 0), in [-1 - w, 1 + w]."""
-    view = np.tanh(keypoints_cam[:, 0, 0] / opts.side_scale_m)
-    return (2.0 * p_right - 1.0) + opts.side_weight * view
 
 
 def assign_identities(
@@ -153,6 +246,9 @@ def assign_identities(
 
     Returns:
         The assignment (see `WearerAssignment`).
+
+    Raises:
+        ShapeError: an input does not have the documented shape.
     """
     opts = opts or WearerOptions()
     n = len(frame_idx)
@@ -161,38 +257,39 @@ def assign_identities(
     order = np.argsort(frame_idx, kind="stable")
     inverse = np.argsort(order)
     frames, cam, px, pr = frame_idx[order], keypoints_cam[order], keypoints_px[order], p_right[order]
-    track = _link_tracks(frames, cam[:, _PALM].mean(axis=1), pr, opts)
-    geometry = wearer_geometry(cam, px, opts)
-    evidence = _side_evidence(cam, pr, opts)
-    labels = _label_tracks(track, frames, geometry, evidence, opts)
+    track = _link_tracks(frames, px, pr, opts)
+    bystander = bystander_evidence(cam, px, opts)
+    labels = _label_tracks(track, frames, bystander, side_evidence(cam, px, pr, opts), opts)
     identity = np.array([labels[int(t)] for t in track], dtype=object)
     switch = np.zeros(n, bool)
     holder: dict[str, int] = {}
     for i, (name, t) in enumerate(zip(identity, track, strict=True)):
         switch[i] = name in holder and holder[name] != t
         holder[name] = int(t)
-    return WearerAssignment(track[inverse], identity[inverse], geometry[inverse], switch[inverse])
+    logger.debug("%d observations, %d tracks, identities %s", n, len(labels), sorted(set(labels.values())))
+    return WearerAssignment(track[inverse], identity[inverse], bystander[inverse], switch[inverse])
 
 
 def _label_tracks(
-    track: np.ndarray, frames: np.ndarray, geometry: np.ndarray, evidence: np.ndarray, opts: WearerOptions
+    track: np.ndarray, frames: np.ndarray, bystander: np.ndarray, evidence: np.ndarray, opts: WearerOptions
 ) -> dict[int, str]:
-    """Track -> identity; two wearer tracks alive at once never share a side (weaker one yields)."""
-    ids = np.unique(track)
-    wearer = {int(t): geometry[track == t].mean() >= opts.min_wearer_fraction for t in ids}
-    score = {int(t): float(evidence[track == t].mean()) for t in ids}
-    span = {int(t): set(frames[track == t].tolist()) for t in ids}
+    """Track -> identity (see the module docstring, points 2 and 3)."""
+    ids = [int(t) for t in np.unique(track)]
+    other = {t: bystander[track == t].mean() >= opts.min_other_fraction for t in ids}
+    vote = {t: float(evidence[track == t].sum()) for t in ids}
+    span = {t: set(frames[track == t].tolist()) for t in ids}
     labels: dict[int, str] = {}
-    for t in sorted((t for t in wearer if wearer[t]), key=lambda t: -abs(score[t])):
-        side = "right" if score[t] >= 0 else "left"
-        taken = any(
-            labels[o] == f"wearer_{side}" and len(span[o] & span[t]) >= opts.min_conflict_frames
-            for o in labels
-        )
-        if taken:
-            side = "left" if side == "right" else "right"
-        labels[t] = f"wearer_{side}"
-    others = [int(t) for t in ids if not wearer[int(t)]]
-    for n, t in enumerate(sorted(others, key=lambda t: min(span[t]))):
+    for t in sorted((t for t in ids if not other[t]), key=lambda t: -abs(vote[t])):
+        preferred = "right" if vote[t] >= 0 else "left"
+        for side in (preferred, "left" if preferred == "right" else "right"):
+            if not any(
+                labels[o] == f"wearer_{side}" and len(span[o] & span[t]) >= opts.min_conflict_frames
+                for o in labels
+            ):
+                labels[t] = f"wearer_{side}"
+                break
+        else:
+            other[t] = True  # a third hand alongside both of the wearer's
+    for n, t in enumerate(sorted((t for t in ids if other[t]), key=lambda t: min(span[t]))):
         labels[t] = f"other_{n}"
     return labels

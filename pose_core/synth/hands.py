@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from pose_core.hands.skeleton import BONES as FINGER_BONES
+from pose_core.hands.skeleton import FINGER_LENGTHS_M, FINGER_MCP_M, THUMB_CMC_M, THUMB_LENGTHS_M
 from pose_core.synth.scene import SceneOptions
 from pose_core.synth.smooth import SmoothSignal
 from pose_core.synth.trajectory import HeadTrajectory, after_windows
@@ -31,22 +33,8 @@ logger = logging.getLogger(__name__)
 
 FloatArray = NDArray[np.float64]
 
-# Bones as (parent, child) keypoint indices in MediaPipe order.
-FINGER_BONES: tuple[tuple[int, int], ...] = tuple(
-    (0 if j == 0 else base + j - 1, base + j) for base in (1, 5, 9, 13, 17) for j in range(4)
-)
-
-# Fingers (index, middle, ring, pinky): MCP position in the palm frame (fwd, thumb) and phalanx
-# lengths (proximal, middle, distal), metres, for hand_scale = 1 (wrist to middle tip 0.19 m).
-_FINGER_MCP_M = np.array([[0.090, 0.024], [0.093, 0.004], [0.088, -0.015], [0.080, -0.032]])
-_FINGER_LENGTHS_M = np.array(
-    [[0.043, 0.025, 0.020], [0.047, 0.028, 0.022], [0.044, 0.027, 0.021], [0.035, 0.020, 0.019]]
-)
 # In-palm splay of each finger when open, radians (towards the thumb side positive).
 _FINGER_SPLAY_RAD = np.array([0.14, 0.0, -0.10, -0.24])
-# Thumb CMC position in the palm frame (fwd, thumb, back) and bone lengths (metacarpal, proximal, distal).
-_THUMB_CMC_M = np.array([0.025, 0.022, -0.012])
-_THUMB_LENGTHS_M = np.array([0.045, 0.032, 0.026])
 
 
 @dataclass(frozen=True)
@@ -458,10 +446,10 @@ def _hand_local(curl: FloatArray, opts: HandOptions) -> FloatArray:
                 [np.cos(phi) * np.cos(splay)[:, None], np.cos(phi) * np.sin(splay)[:, None], -np.sin(phi)],
                 axis=2,
             )
-            * _FINGER_LENGTHS_M[f][None, :, None]
+            * FINGER_LENGTHS_M[f][None, :, None]
         )
         base = 5 + 4 * f
-        local[:, base, :2] = _FINGER_MCP_M[f]
+        local[:, base, :2] = FINGER_MCP_M[f]
         local[:, base + 1 : base + 4] = local[:, base : base + 1] + np.cumsum(seg, axis=1)
     # Thumb: opposes (swings towards the fingers and the palm side) as the hand closes.
     psi = 0.95 - 0.5 * curl
@@ -471,8 +459,8 @@ def _hand_local(curl: FloatArray, opts: HandOptions) -> FloatArray:
         np.stack(
             [np.cos(phi) * np.cos(psi)[:, None], np.cos(phi) * np.sin(psi)[:, None], -np.sin(phi)], axis=2
         )
-        * _THUMB_LENGTHS_M[None, :, None]
+        * THUMB_LENGTHS_M[None, :, None]
     )
-    local[:, 1] = _THUMB_CMC_M
+    local[:, 1] = THUMB_CMC_M
     local[:, 2:5] = local[:, 1:2] + np.cumsum(seg, axis=1)
     return local * scale

@@ -61,11 +61,13 @@ def test_hamer_images(estimator):
     for i in range(1, 6):
         hands = estimator.estimate(_rgb(HAMER / f"test{i}.jpg")[None], np.eye(3))[0]
         found[i] = sorted(h.handedness for h in hands)
-        assert all(h.score > 0.9 for h in hands)
+        assert all(h.score > 0.8 for h in hands)
     logger.info("hamer images, hands found: %s", found)
     # test1: two people's right hands; test3: one of two interlaced hands; test5: both hands over the face.
-    # test2 (hands on a trumpet, partly hidden) and test4 (black gloves) are missed by this model.
-    assert found == {1: ["right", "right"], 2: [], 3: ["right"], 4: [], 5: ["left", "right"]}
+    # test2 (hands on a trumpet, partly hidden): the right hand on the valves, found by a zoomed
+    # detection window and a second landmark pass (its skeleton is poor); the left hand under the casing
+    # and test4 (black gloves) are missed by this model.
+    assert found == {1: ["right", "right"], 2: ["right"], 3: ["right"], 4: [], 5: ["left", "right"]}
 
 
 @pytest.mark.slow

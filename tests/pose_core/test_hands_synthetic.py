@@ -10,6 +10,7 @@ from scipy.spatial.transform import Rotation
 
 from pose_core.errors import ShapeError
 from pose_core.hands import (
+    FitOptions,
     HandObservation,
     assign_identities,
     choose_scale,
@@ -20,9 +21,11 @@ from pose_core.hands import (
     scale_from_hand_depth,
     smooth_track,
 )
+from pose_core.hands.articulated import ArticulatedOptions
 from pose_core.hands.gaps import GapOptions
 from pose_core.hands.wearer import WearerOptions
 from pose_core.synth.episode import SynthOptions, generate_episode
+from pose_core.synth.hands import HandOptions
 
 logger = logging.getLogger(__name__)
 PX_NOISE = 2.0  # 2-D keypoint noise, pixels (1 sigma)
@@ -61,11 +64,11 @@ def _observe(ep, rng, shape_noise=SHAPE_NOISE_M, drop=0.1, scale=1.0):
     return obs
 
 
-def _fit_world(ep, obs, smooth=True, hold_size=False):
+def _fit_world(ep, obs, smooth=True, hold_size=False, opts=None):
     kp_cam = np.full((ep.num_frames, 2, 21, 3), np.nan)
     model_size = np.full((ep.num_frames, 2), np.nan)
     for (f, h), hand in obs.items():
-        fit = fit_hand(hand, ep.K)
+        fit = fit_hand(hand, ep.K, opts)
         if fit.valid:
             kp_cam[f, h], model_size[f, h] = fit.keypoints_cam, fit.model_palm_size_m
     if hold_size:  # one size per hand: the identity is the hand index here
@@ -82,10 +85,12 @@ def _fit_world(ep, obs, smooth=True, hold_size=False):
 def test_fit_exact_without_noise(episode):
     cam = _in_cam(episode)
     f, h = np.argwhere(episode.hand_visible)[10]
-    fit = fit_hand(HandObservation(episode.hands_px[f, h], 1.0, "right", 1.0, cam[f, h]), episode.K)
-    assert fit.valid and fit.shape_source == "model" and fit.residual_px < 0.5
-    # Only the hand-size prior (0.090 m) vs the generator's hand (0.0904 m) separates them.
-    assert _mpjpe(fit.keypoints_cam, cam[f, h]) < 0.005
+    for skeleton in ("canonical", "model"):
+        hand = HandObservation(episode.hands_px[f, h], 1.0, "right", 1.0, cam[f, h])
+        fit = fit_hand(hand, episode.K, FitOptions(skeleton=skeleton))
+        assert fit.valid and fit.shape_source == skeleton and fit.residual_px < 0.5
+        # Only the hand-size prior (0.090 m) vs the generator's hand (0.0904 m) separates them.
+        assert _mpjpe(fit.keypoints_cam, cam[f, h]) < 0.005
 
 
 def test_fit_rejects_bad_shapes(episode):
@@ -112,22 +117,41 @@ def test_world_mpjpe_with_noise_and_dropouts(episode):
 
 @pytest.mark.parametrize("model_scale", [1.0, 1.15])
 def test_world_mpjpe_with_realistic_shape_noise_holds_hand_size(episode, model_scale):
-    """At 4 mm shape noise the per-frame size is too noisy; one size per hand keeps MPJPE <= 20 mm.
+    """At 4 mm shape noise the model shape's per-frame size is too noisy; one size per hand keeps MPJPE
+    <= 20 mm: the canonical skeleton by construction, the model's own shape by `hold_hand_size`.
 
     `model_scale` makes the model's shapes 15 % too large: the held size comes from the prior and
-    the ratios between frames only, so such a model still lands within the bound.
+    the ratios between frames only (and the canonical skeleton uses only the model's bone
+    directions), so such a model still lands within the bound.
     """
     obs = _observe(episode, np.random.default_rng(0), REALISTIC_SHAPE_NOISE_M, scale=model_scale)
-    per_frame, seen = _fit_world(episode, obs)
-    held, seen_held = _fit_world(episode, obs, hold_size=True)
+    model = FitOptions(skeleton="model", articulated=ArticulatedOptions(enabled=False))  # the rigid model fit
+    per_frame, seen = _fit_world(episode, obs, opts=model)
+    held, seen_held = _fit_world(episode, obs, hold_size=True, opts=model)
+    canonical, seen_canonical = _fit_world(episode, obs, hold_size=True)
     err_frame = _mpjpe(per_frame, episode.hands_world)[seen]
     err_held = _mpjpe(held, episode.hands_world)[seen_held]
+    err_canonical = _mpjpe(canonical, episode.hands_world)[seen_canonical]
     logger.info("4 mm shape noise, model scale %.2f: world MPJPE per-frame size %.1f mm, held size %.1f mm "
-                "(p90 %.1f)", model_scale, 1e3 * err_frame.mean(), 1e3 * err_held.mean(),
-                1e3 * np.percentile(err_held, 90))  # fmt: skip
-    assert (seen == seen_held).all() and seen.sum() > 300
-    assert err_held.mean() <= 0.020
+                "(p90 %.1f), canonical skeleton %.1f mm", model_scale, 1e3 * err_frame.mean(),
+                1e3 * err_held.mean(), 1e3 * np.percentile(err_held, 90),
+                1e3 * err_canonical.mean())  # fmt: skip
+    assert (seen == seen_held).all() and (seen == seen_canonical).all() and seen.sum() > 300
+    assert err_held.mean() <= 0.020 and err_canonical.mean() <= 0.020
     assert err_held.mean() < 0.7 * err_frame.mean()
+
+
+def test_canonical_fit_error_is_the_size_prior_error():
+    """A hand 8 % smaller than the canonical one is placed 8 % too far: its error is the prior's alone."""
+    ep = generate_episode(SynthOptions(num_frames=60, seed=3, hands=HandOptions(hand_scale=0.92)))
+    cam = _in_cam(ep)
+    ratios = []
+    for f, h in np.argwhere(ep.hand_visible)[::5]:
+        fit = fit_hand(HandObservation(ep.hands_px[f, h], 1.0, "right", 1.0, cam[f, h]), ep.K)
+        ratios.append(fit.keypoints_cam[0, 2] / cam[f, h, 0, 2])
+        # Along the same rays: the fit is the true hand scaled about the camera.
+        np.testing.assert_allclose(fit.keypoints_cam, cam[f, h] * ratios[-1], atol=1e-4)
+    np.testing.assert_allclose(ratios, 0.090 / 0.0904 / 0.92, rtol=2e-3)
 
 
 def test_hold_hand_size_is_the_exact_refit(episode):
@@ -135,8 +159,9 @@ def test_hold_hand_size_is_the_exact_refit(episode):
     cam = _in_cam(episode)
     f, h = np.argwhere(episode.hand_visible)[20]
     sizes = np.array([0.8, 1.0, 1.1])
-    fits = [fit_hand(HandObservation(episode.hands_px[f, h], 1.0, "right", 1.0, cam[f, h] * s), episode.K)
-            for s in sizes]  # fmt: skip
+    rigid_model = FitOptions(skeleton="model", articulated=ArticulatedOptions(enabled=False))
+    fits = [fit_hand(HandObservation(episode.hands_px[f, h], 1.0, "right", 1.0, cam[f, h] * s), episode.K,
+                     rigid_model) for s in sizes]  # fmt: skip
     kp = np.stack([fit.keypoints_cam for fit in fits])
     model = np.array([fit.model_palm_size_m for fit in fits])
     held, factors = hold_hand_size(kp, model, np.zeros(3, int))
@@ -201,7 +226,7 @@ def test_wearer_identity_survives_handedness_flips(episode):
     local = cam[0, 1] - cam[0, 1, 0]
     turn, _ = Rotation.align_vectors([[0.0, 0.0, -1.0]], [local[9]])
     near = turn.apply(local) + np.array([0.1, -0.15, 0.6])  # above the centre: its forearm looks "down"
-    assert np.linalg.norm(near[0]) < WearerOptions().max_reach_m
+    assert np.linalg.norm(near[0]) < WearerOptions().far_m  # not "far": only its pose says bystander
     for f in range(episode.num_frames):
         frame_idx.append(f), kp_cam.append(near), p_right.append(0.9), truth.append("other_1")
         kp_px.append(near[:, :2] / near[:, 2:] * 500.0 + [319.5, 239.5])
