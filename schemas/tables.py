@@ -335,19 +335,22 @@ BA_POINTS = TableSchema(
 
 BA_CAMERAS = TableSchema(
     name="ba_cameras",
-    version="1",
+    version="2",
     key=("episode_id",),
     partition_key="episode_id",
     arrow=pa.schema(
         [
-            # `cameras` after global BA: the focal refined when it was not calibrated, then
-            # intrinsics_source is prior_refined | metadata_refined; keyframe_poses, ba_points and
-            # camera_poses agree with these intrinsics
+            # `cameras` after global BA: when not calibrated, the focal and a radial term k1 (model
+            # radtan, dist (k1, 0, 0, 0)) estimated from the footage, intrinsics_source estimated;
+            # keyframe_poses, ba_points and camera_poses agree with these intrinsics
             *CAMERAS.arrow,
             pa.field("focal_prior_px", pa.float64()),  # mean focal of `cameras` (what tracking used), pixels
             pa.field("focal_std_px", pa.float64()),  # refined focal's posterior std, px; null: not refined
             # fixed (calibrated) | refined | prior kept: unobservable | implausible | unconverged | poor_fit
             pa.field("focal_status", pa.string()),
+            pa.field("radial_std", pa.float64()),  # k1's posterior std; null: not refined
+            # fixed | refined | k1 kept at 0: unobservable | implausible | negligible (or the focal's status)
+            pa.field("radial_status", pa.string()),
         ]
     ),
 )

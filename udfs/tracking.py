@@ -21,7 +21,8 @@ from pose_core.camera_poses.completion import (
     complete_poses,
 )
 from pose_core.camera_poses.features import FrameFeatures
-from pose_core.camera_poses.tracking import TrackingOptions, track_episode
+from pose_core.camera_poses.self_calibration import SelfCalibrationOptions, track_self_calibrated
+from pose_core.camera_poses.tracking import TrackingOptions
 from schemas import TableSchema
 from schemas.tables import (
     BA_CAMERAS,
@@ -76,6 +77,8 @@ class CameraTrackingOptions:
     hand_margin_px: float = 4.0
     # Frame-to-frame tracking, keyframes and local bundle adjustment.
     tracker: TrackingOptions = field(default_factory=TrackingOptions)
+    # Without a calibration: estimate the focal and a radial term after a first pass, track again with them.
+    self_calibration: SelfCalibrationOptions = field(default_factory=SelfCalibrationOptions)
 
 
 #: Rows the tracking and completion units read: `features` plus the episode's calibration sidecar,
@@ -171,7 +174,7 @@ def tracking_unit(view: pd.DataFrame, opts: CameraTrackingOptions) -> pd.DataFra
     first = view.iloc[0]
     camera = camera_for_frames(first.calibration_json, int(first.width), int(first.height))
     features = episode_features(view, opts.link_max_px, opts.hand_margin_px)
-    result = track_episode(features, camera, opts.tracker)
+    result, camera = track_self_calibrated(features, camera, opts.tracker, opts.self_calibration)
     q, t = pose_columns(result.world_from_cam)
     tracks = pd.DataFrame(
         {
@@ -227,6 +230,8 @@ def ba_unit(stacked: pd.DataFrame, opts: CompletionOptions) -> pd.DataFrame:
         focal_prior_px=camera.focal_px,
         focal_std_px=None if np.isnan(ba.focal_std_px) else ba.focal_std_px,
         focal_status=ba.focal_status,
+        radial_std=None if np.isnan(ba.radial_k1_std) else ba.radial_k1_std,
+        radial_status=ba.radial_status,
     )
     return stack_tables(
         [

@@ -12,6 +12,7 @@ segment's nearest keyframe. Frames that cannot be optimised get an interpolated 
 
 from __future__ import annotations
 
+import copy
 import enum
 import logging
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ __all__ = [
     "GlobalBA",
     "PoseQuality",
     "bundle_adjust_keyframes",
+    "estimate_intrinsics",
     "complete_poses",
 ]
 
@@ -67,6 +69,11 @@ class CompletionOptions:
     # metadata); the guard in `ba` (focal_max_rel_std, focal_scale_range) keeps the prior when the
     # motion cannot determine it
     refine_focal: bool = True
+    # with the focal, also estimate one radial distortion coefficient k1 (kept at 0 when the guard in
+    # `ba`, radial_max_std and radial_range, does not trust it)
+    refine_radial: bool = True
+    # keyframes of the largest segment (evenly spread) the intrinsics are estimated on
+    intrinsics_keyframes: int = 40
 
 
 @dataclass
@@ -99,28 +106,32 @@ class GlobalBA:
     Attributes:
         solves: one solver result per segment with at least two keyframes, in segment order.
         camera: the intrinsics the adjusted keyframes and points agree with: the given camera, or
-            the same with the refined focal (``fx``, ``fy`` scaled; ``intrinsics_source``
-            ``<source>_refined``).
+            the one estimated from the footage (``fx``, ``fy`` scaled, ``radtan`` with ``k1`` when the
+            radial term was accepted; ``intrinsics_source`` ``estimated``).
         focal_status: what became of the focal (``FocalStatus``; ``fixed`` when not refined).
         focal_std_px: posterior standard deviation of the refined focal, pixels; NaN when not refined.
+        radial_status: what became of the radial term (``FocalStatus``); ``fixed`` when not refined.
+        radial_k1_std: posterior standard deviation of ``k1``; NaN when not refined.
     """
 
     solves: list[BAResult]
     camera: Camera
     focal_status: FocalStatus = "fixed"
     focal_std_px: float = float("nan")
+    radial_status: FocalStatus = "fixed"
+    radial_k1_std: float = float("nan")
 
 
-#: intrinsics_source values whose focal global BA may refine -> the source after refinement
-_REFINED_SOURCE: dict[IntrinsicsSource, IntrinsicsSource] = {
-    "prior": "prior_refined",
-    "metadata": "metadata_refined",
-}
+#: intrinsics_source values whose camera global BA may estimate (again)
+_REFINED_SOURCE: frozenset[IntrinsicsSource] = frozenset({"prior", "metadata", "estimated"})
 
 
 def bundle_adjust_keyframes(result: TrackingResult, camera: Camera, opts: CompletionOptions | None = None
                             ) -> GlobalBA:
     """Global BA per segment over all keyframes; updates ``result`` keyframes and points in place.
+
+    An uncalibrated camera is first estimated (``estimate_intrinsics``); every keyframe's observations
+    are then normalised with the estimate and the segments are adjusted with it held fixed.
 
     Args:
         result: output of ``track_episode``.
@@ -128,42 +139,73 @@ def bundle_adjust_keyframes(result: TrackingResult, camera: Camera, opts: Comple
         opts: options.
 
     Returns:
-        The solver results and the camera after BA (its focal refined when allowed and accepted).
+        The solver results and the camera after BA (estimated when allowed and accepted).
     """
     opts = opts or CompletionOptions()
+    out = estimate_intrinsics(result, camera, opts)
+    if out.camera is not camera:
+        for k in result.keyframes:
+            k.xy = _renormalised(k.xy, camera, out.camera)
     seg_of_kf = np.array([result.segment_id[k.frame_idx] for k in result.keyframes], dtype=np.int64)
-    segments, counts = np.unique(seg_of_kf, return_counts=True)
-    refine = opts.refine_focal and camera.intrinsics_source in _REFINED_SOURCE
-    order = np.argsort(-counts, kind="stable") if refine else np.arange(len(segments))
-    out: GlobalBA = GlobalBA([], camera)
-    solved = {}
-    for seg in segments[order]:
+    for seg in np.unique(seg_of_kf):
         kfs = [k for k, s in zip(result.keyframes, seg_of_kf, strict=True) if s == seg]
-        focal_here = refine and out.focal_status == "fixed" and len(kfs) >= 2
-        scale = out.camera.focal_px / camera.focal_px
-        for k in kfs:  # observations were normalised with the given focal
-            k.xy = k.xy / scale
-        res = refine_keyframes(kfs, result.points_in_world, out.camera.focal_px, 1, opts.ba, opts.inlier_px,
-                               refine_focal=focal_here)
+        res = refine_keyframes(kfs, result.points_in_world, out.camera.focal_px, 1, opts.ba, opts.inlier_px)
         if res is None:
             continue
         logger.debug("global BA segment %d: %d keyframes, cost %.1f -> %.1f, converged=%s",
                      seg, len(kfs), res.initial_cost, res.cost, res.converged)
-        solved[int(seg)] = res
-        if focal_here:
-            out = _with_focal(out, camera, res)
-    out.solves = [solved[s] for s in sorted(solved)]
+        out.solves.append(res)
     return out
 
 
-def _with_focal(out: GlobalBA, camera: Camera, res: BAResult) -> GlobalBA:
-    """``out`` with the focal outcome of ``res`` (the refined camera when it was accepted)."""
+def estimate_intrinsics(result: TrackingResult, camera: Camera, opts: CompletionOptions) -> GlobalBA:
+    """The camera estimated from the map when it is not calibrated; ``result`` is not modified.
+
+    BA with the focal and ``k1`` as unknowns (``bundle_adjust``'s bordered system and guard) on at most
+    ``opts.intrinsics_keyframes`` keyframes of the largest segment, evenly spread: intrinsics need
+    views, not all of them (150 keyframes cost a 600-frame clip 25 CPU-s, more than tracking it). An
+    earlier estimate (``estimated``, radial) is estimated again from its pinhole part.
+
+    Returns:
+        The estimated camera (or ``camera``), the statuses and standard deviations; no solves.
+    """
+    out = GlobalBA([], camera)
+    if not (opts.refine_focal and camera.intrinsics_source in _REFINED_SOURCE) or not result.keyframes:
+        return out
+    seg_of_kf = np.array([result.segment_id[k.frame_idx] for k in result.keyframes], dtype=np.int64)
+    segments, counts = np.unique(seg_of_kf, return_counts=True)
+    kfs = [k for k, s in zip(result.keyframes, seg_of_kf, strict=True) if s == segments[np.argmax(counts)]]
+    if len(kfs) < 2:
+        return out
+    spread = np.linspace(0, len(kfs) - 1, min(len(kfs), opts.intrinsics_keyframes))
+    keep = np.unique(spread.round().astype(int))
+    kfs = [copy.deepcopy(kfs[i]) for i in keep]
+    base = replace(camera, model="pinhole", dist=())
+    for k in kfs:
+        k.xy = _renormalised(k.xy, camera, base)
+    res = refine_keyframes(kfs, result.points_in_world.copy(), base.focal_px, 1, opts.ba, opts.inlier_px,
+                           refine_focal=True, refine_radial=opts.refine_radial)
+    return out if res is None else _with_intrinsics(out, base, res)
+
+
+def _with_intrinsics(out: GlobalBA, camera: Camera, res: BAResult) -> GlobalBA:
+    """``out`` with the intrinsics outcome of ``res`` (the estimated camera when the focal was accepted)."""
     std_px = res.focal_scale_std * camera.focal_px
+    out = replace(out, focal_status=res.focal_status, focal_std_px=std_px, radial_status=res.radial_status,
+                  radial_k1_std=res.radial_k1_std)
     if res.focal_status != "refined":
-        return replace(out, focal_status=res.focal_status, focal_std_px=std_px)
-    refined = replace(camera, fx=camera.fx * res.focal_scale, fy=camera.fy * res.focal_scale,
-                      intrinsics_source=_REFINED_SOURCE[camera.intrinsics_source])
-    return replace(out, camera=refined, focal_status="refined", focal_std_px=std_px)
+        return out
+    radial = {}
+    if res.radial_status == "refined":
+        radial = {"model": "radtan", "dist": (res.radial_k1, 0.0, 0.0, 0.0)}
+    estimated = replace(camera, fx=camera.fx * res.focal_scale, fy=camera.fy * res.focal_scale,
+                        intrinsics_source="estimated", **radial)
+    return replace(out, camera=estimated)
+
+
+def _renormalised(xy: np.ndarray, given: Camera, other: Camera) -> np.ndarray:
+    """Observations ``(N, 2)`` normalised with the ``given`` camera, normalised with ``other`` instead."""
+    return other.cam_ray_from_img(given.img_from_cam(np.column_stack([xy, np.ones(len(xy))])))
 
 
 def complete_poses(

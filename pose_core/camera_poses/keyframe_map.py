@@ -158,6 +158,7 @@ def refine_keyframes(
     opts: BAOptions,
     outlier_px: float,
     refine_focal: bool = False,
+    refine_radial: bool = False,
 ) -> BAResult | None:
     """Bundle-adjust keyframes and the points they observe, in place; drop outlier observations.
 
@@ -171,8 +172,9 @@ def refine_keyframes(
         opts: solver options.
         outlier_px: observations with a final residual above this are removed from the keyframes.
             Points seen by only one of ``keyframes`` are left out of the problem (no depth constraint).
-        refine_focal: also refine the focal length (see ``bundle_adjust``); when the refined focal is
-            accepted the keyframes' observations are renormalised with it (divided by ``focal_scale``).
+        refine_focal: also refine the focal length (see ``bundle_adjust``); the keyframes' observations
+            stay normalised with the given focal (the caller renormalises them to the refined camera).
+        refine_radial: with ``refine_focal``, also refine a radial coefficient ``k1``.
 
     Returns:
         The solver result, or None when there is nothing to adjust (fewer than two keyframes, or no
@@ -211,6 +213,7 @@ def refine_keyframes(
         params,
         focal_px,
         refine_focal,
+        refine_radial,
     )
     res = bundle_adjust(prob, opts)
     points[used] = res.points
@@ -221,7 +224,7 @@ def refine_keyframes(
         k.cam_from_world = np.eye(4)
         k.cam_from_world[:3, :3], k.cam_from_world[:3, 3] = res.rotation[i], res.translation[i]
         sel = keep[start : start + len(k.point_idx)]
-        k.point_idx, k.xy = k.point_idx[sel], k.xy[sel] / res.focal_scale
+        k.point_idx, k.xy = k.point_idx[sel], k.xy[sel]
         start += len(sel)
     return res
 

@@ -56,7 +56,8 @@ class KeyframeSelector:
             return True
         flow, overlap = self.flow_and_overlap(feat)
         gap = feat.frame_idx - self._last.frame_idx
-        return flow >= self.opts.min_flow_px or overlap < self.opts.min_overlap or gap >= self.opts.max_gap_frames
+        o = self.opts
+        return flow >= o.min_flow_px or overlap < o.min_overlap or gap >= o.max_gap_frames
 
     def force(self, feat: FrameFeatures) -> None:
         """Record ``feat`` as the latest keyframe."""

@@ -120,8 +120,10 @@ class TrackingOptions:
     # keyframe selection
     keyframes: KeyframeOptions = field(default_factory=KeyframeOptions)
     # local bundle adjustment and motion-only pose fits (3 iterations: more cost ~40 % of the tracking time
-    # and gave no better ATE on KITTI or the synthetic clip, bench/results/camera_poses.md)
-    ba: BAOptions = field(default_factory=lambda: BAOptions(max_iterations=3))
+    # and gave no better ATE on KITTI or the synthetic clip, bench/results/camera_poses.md); the reduced
+    # system from observation pairs above 10k entries: local windows with their anchors hold thousands of
+    # points, where the dense product cost 3x the tracking time (hard synthetic preset: 24.8 -> 7.1 CPU-s)
+    ba: BAOptions = field(default_factory=lambda: BAOptions(max_iterations=3, dense_max_entries=10_000))
 
 
 @dataclass
@@ -332,7 +334,8 @@ class _Tracker:
             self._record(cfw, TrackingState.LOST, n, False, float("nan"))
             return
         moving = translating or bool(self.keyframes)
-        self._record(cfw, TrackingState.ROTATION_ONLY if moving else TrackingState.STATIC, n, False, float("nan"))
+        state = TrackingState.ROTATION_ONLY if moving else TrackingState.STATIC
+        self._record(cfw, state, n, False, float("nan"))
 
     def _initialise(self, feat: FrameFeatures, xy: np.ndarray, ia: np.ndarray, ib: np.ndarray,
                     motion: RelativeMotion) -> bool:

@@ -22,8 +22,8 @@ __all__ = ["Camera", "CameraModel", "IntrinsicsSource"]
 logger = logging.getLogger(__name__)
 
 CameraModel = Literal["pinhole", "radtan", "fisheye"]
-# where the intrinsics came from; "<source>_refined": its focal refined by global BA (camera_poses.completion)
-IntrinsicsSource = Literal["sidecar", "metadata", "prior", "prior_refined", "metadata_refined"]
+# where the intrinsics came from; "estimated": estimated from the footage by global BA (camera_poses.completion)
+IntrinsicsSource = Literal["sidecar", "metadata", "prior", "estimated"]
 
 _N_DIST = {"pinhole": 0, "radtan": 4, "fisheye": 4}
 _DEFAULT_HFOV_DEG = 70.0  # horizontal field of view assumed when no calibration or metadata exists
@@ -44,7 +44,7 @@ class Camera:
         model: ``pinhole`` (no distortion), ``radtan`` (k1, k2, p1, p2) or ``fisheye`` (k1..k4, equidistant).
         dist: distortion coefficients in OpenCV order, length 0 or 4.
         intrinsics_source: where the values came from: ``sidecar``, ``metadata`` or ``prior``, or
-            ``prior_refined`` / ``metadata_refined`` after global BA refined the focal.
+            ``estimated`` after global BA estimated the focal (and a radial term) from the footage.
     """
 
     width: int

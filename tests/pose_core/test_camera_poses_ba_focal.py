@@ -116,7 +116,7 @@ def test_episode_prior_12_percent_short_is_refined_to_the_true_focal(synth_episo
     feats, gt, tracked = synth_episode
     ba, ate = _episode(0.88, True, tracked[0.88], feats, gt)
     _, ate_prior = _episode(0.88, False, tracked[0.88], feats, gt)
-    assert ba.focal_status == "refined" and ba.camera.intrinsics_source == "prior_refined"
+    assert ba.focal_status == "refined" and ba.camera.intrinsics_source == "estimated"
     assert abs(ba.camera.fx / FOCAL_PX - 1) < 0.01 and ba.camera.fy == ba.camera.fx, ba.camera
     assert ba.focal_std_px < 0.01 * FOCAL_PX
     # measured: 0.54 % with the prior focal, 0.02 % refined (0.02 % tracked with the true focal)
@@ -139,13 +139,14 @@ def test_keyframes_agree_with_the_refined_camera(synth_episode):
 def test_episode_prior_12_percent_long_breaks_tracking_and_the_prior_is_kept(synth_episode):
     """Known limit: the prior focal is used by tracking too; here (fast head turns, focal 12 % long)
     tracking drifts (ATE 7 %) and BA fits a focal 33 % long (666 px, std 0.7 %) to the broken map,
-    leaving 8 % of the residuals above the loss scale: the guard keeps the prior (``poor_fit``)."""
+    leaving 8 % of the residuals above the loss scale: the guard keeps the prior (``poor_fit``; with the
+    radial term free too, the focal's std exceeds 1 % first: ``unobservable``)."""
     feats, gt, tracked = synth_episode
     tracking_ate = evaluate_trajectory(tracked[1.12].world_from_cam, gt).ate_pct_of_path
     assert tracking_ate > 3.0, "tracking no longer breaks here: this test's premise is gone"
     ba, ate = _episode(1.12, True, tracked[1.12], feats, gt)
     _, ate_prior = _episode(1.12, False, tracked[1.12], feats, gt)
-    assert ba.focal_status == "poor_fit" and ba.camera.fx == 1.12 * FOCAL_PX
+    assert ba.focal_status in ("poor_fit", "unobservable") and ba.camera.fx == 1.12 * FOCAL_PX
     assert ba.camera.intrinsics_source == "prior"
     assert ate == ate_prior  # the same solution as without refinement
 
@@ -179,3 +180,35 @@ def test_kitti_forward_drive_keeps_the_70_degree_prior():
     assert ba.focal_std_px > 0.01 * prior.focal_px  # the reason: measured 56 px (6.6 %)
     np.testing.assert_array_equal(poses, results[False][1])
     assert evaluate_trajectory(poses, gt).ate_pct_of_path <= 0.3  # the prior focal costs KITTI little
+
+
+@pytest.mark.parametrize("k1", [-0.15, 0.08])
+def test_radial_distortion_refined_with_the_focal(k1):
+    """Pixels of a camera with barrel (or pincushion) distortion ``k1``, normalised with a pinhole prior
+    focal 10 % short: BA finds ``k1`` and the focal; without ``k1`` the fit stays worse."""
+    from tests.pose_core.test_camera_poses_ba import _scene
+
+    rng, rot, trans, pts, cam_idx, pt_idx, _, _ = _scene(4, n_cam=12, outlier_frac=0.0)
+    x_in_cam = np.einsum("mij,mj->mi", rot[cam_idx], pts[pt_idx]) + trans[cam_idx]
+    p = x_in_cam[:, :2] / x_in_cam[:, 2:]
+    distorted = p * (1 + k1 * np.sum(p * p, axis=1, keepdims=True))
+    xy = distorted + rng.normal(size=p.shape) * 0.5 / FOCAL_PX
+    prob, _ = _prior_problem(0.9, seed=4)
+    prob = replace(prob, xy=xy / 0.9, refine_radial=True)
+    opts = BAOptions(max_iterations=60, focal_max_iterations=120)
+    res = bundle_adjust(prob, opts)
+    assert (res.radial_status, res.focal_status) == ("refined", "refined")
+    assert abs(res.radial_k1 - k1) < 0.01 and abs(res.radial_k1 - k1) < 4 * res.radial_k1_std
+    assert abs(res.focal_scale * prob.focal_px / FOCAL_PX - 1) < 0.01
+    pinhole = bundle_adjust(replace(prob, refine_radial=False), opts)
+    assert res.cost < 0.9 * pinhole.cost
+
+
+def test_radial_term_without_evidence_is_kept_at_zero():
+    """An undistorted camera: k1 is negligible (with a tight std limit, unobservable): never invented."""
+    prob, _ = _prior_problem(0.9, seed=5)
+    opts = BAOptions(max_iterations=60, focal_max_iterations=120)
+    res = bundle_adjust(replace(prob, refine_radial=True), opts)
+    assert res.radial_k1 == 0.0 and res.radial_status == "negligible" and abs(res.radial_k1_std) < 0.01
+    tight = bundle_adjust(replace(prob, refine_radial=True), replace(opts, radial_max_std=1e-6))
+    assert (tight.radial_status, tight.radial_k1, tight.focal_status) == ("unobservable", 0.0, "refined")

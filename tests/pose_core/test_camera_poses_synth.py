@@ -9,7 +9,8 @@ from jobs.sample import SAMPLE_PRESETS, SampleOptions, write_sample
 from pose_core.camera_poses.completion import PoseQuality, bundle_adjust_keyframes, complete_poses
 from pose_core.camera_poses.evaluation import evaluate_trajectory
 from pose_core.camera_poses.features import extract_features, hand_mask_from_boxes
-from pose_core.camera_poses.tracking import TrackingState, track_episode
+from pose_core.camera_poses.self_calibration import SelfCalibrationOptions, track_self_calibrated
+from pose_core.camera_poses.tracking import TrackingOptions, TrackingState, track_episode
 from pose_core.geometry.camera import Camera
 from pose_core.geometry.rigid3 import so3_log
 from udfs.media.decode import DecodeOptions, decode_frames
@@ -91,3 +92,37 @@ def test_hard_preset_one_world_frame(hard):
     assert not np.isin(tracked.state, [TrackingState.STATIC, TrackingState.LOST]).any()
     err = evaluate_trajectory(done.world_from_cam, gt)
     assert err.ate_pct_of_path <= 1.5, err  # 0.98 % on this machine (bench/results/camera_poses.md)
+
+
+def _distorted(grays, boxes, cam, k1):
+    """The clip as a lens with radial distortion ``k1`` sees it (frames remapped, hand boxes bent)."""
+    h, w = grays[0].shape
+    v, u = np.mgrid[0:h, 0:w].astype(np.float64)
+    seen = np.stack([(u - cam.cx) / cam.fx, (v - cam.cy) / cam.fy], -1).reshape(-1, 1, 2)
+    source = cv2.undistortPoints(seen, np.eye(3), np.array([k1, 0.0, 0.0, 0.0])).reshape(h, w, 2)
+    map_u = (source[..., 0] * cam.fx + cam.cx).astype(np.float32)
+    map_v = (source[..., 1] * cam.fy + cam.cy).astype(np.float32)
+    bent = Camera(w, h, cam.fx, cam.fy, cam.cx, cam.cy, "radtan", (k1, 0.0, 0.0, 0.0))
+    out_boxes = []
+    for b in boxes:
+        corners = [np.array([[r[0], r[1]], [r[2], r[1]], [r[0], r[3]], [r[2], r[3]]]) for r in b]
+        seen_at = [bent.img_from_cam(np.column_stack([cam.cam_ray_from_img(c), np.ones(4)])) for c in corners]
+        out_boxes.append(np.array([np.r_[s.min(0), s.max(0)] for s in seen_at]))
+    return [cv2.remap(g, map_u, map_v, cv2.INTER_LINEAR) for g in grays], out_boxes
+
+
+def test_unknown_distorted_camera_is_estimated_from_the_footage(synth):
+    """A barrel-distorted lens (k1 = -0.2) and no calibration: tracked first with the 70-degree pinhole
+    prior, the focal and k1 are estimated, tracking runs again with them, and global BA refines them."""
+    grays, cam, gt, boxes = synth
+    images, bent_boxes = _distorted(grays[:300], boxes[:300], cam, -0.2)
+    feats = list(extract_features(images, hand_masks=bent_boxes))
+    prior = Camera.from_prior(cam.width, cam.height)
+    tracked, used = track_self_calibrated(feats, prior, TrackingOptions(), SelfCalibrationOptions())
+    assert used.intrinsics_source == "estimated" and used.model == "radtan"
+    ba = bundle_adjust_keyframes(tracked, used)
+    done = complete_poses(tracked, feats, ba.camera)
+    assert ba.radial_status == "refined" and abs(ba.camera.dist[0] + 0.2) < 0.02, ba.camera
+    assert abs(ba.camera.focal_px / cam.focal_px - 1) < 0.02, ba.camera
+    assert (done.segment_id == 0).all()
+    assert evaluate_trajectory(done.world_from_cam, gt[:300]).ate_pct_of_path <= 0.5

@@ -13,6 +13,7 @@ import pytest
 
 from pose_core.camera_poses.completion import CompletionOptions
 from pose_core.camera_poses.evaluation import evaluate_trajectory
+from pose_core.camera_poses.self_calibration import SelfCalibrationOptions
 from schemas.tables import FRAMES
 from tests.pose_core.synth_tracks import FOCAL_PX, FPS, HEIGHT, WIDTH, synthetic_tracks
 from udfs.camera_tables import world_from_cam_from_columns
@@ -38,7 +39,8 @@ def tracks():
     return synthetic_tracks(N_FRAMES, seed=0)
 
 
-def _run(feats, calibration_json: str | None, copts: CompletionOptions) -> tuple[dict, pd.DataFrame]:
+def _run(feats, calibration_json: str | None, copts: CompletionOptions, self_calibration: bool = True
+         ) -> tuple[dict, pd.DataFrame]:
     """tracking -> ba -> completion of one episode; returns the ba tables and the `camera_poses` rows."""
     view = pd.DataFrame({
         "episode_id": "ep",
@@ -56,7 +58,7 @@ def _run(feats, calibration_json: str | None, copts: CompletionOptions) -> tuple
     frames = pd.DataFrame(dict.fromkeys(FRAMES.columns, 0), index=range(len(feats))).assign(
         episode_id="ep", frame_idx=np.arange(len(feats)), ts_s=np.arange(len(feats)) / FPS
     )
-    opts = CameraTrackingOptions()
+    opts = CameraTrackingOptions(self_calibration=SelfCalibrationOptions(enabled=self_calibration))
     tables = split_tables(tracking_unit(view, opts), TRACKING_OUTPUTS)
     tables |= split_tables(ba_unit(stack_tables([(s, tables[s.name]) for s in BA_INPUTS]), copts), BA_OUTPUTS)
     tables |= {"frames": frames, "feature_view": view}
@@ -70,16 +72,28 @@ def _ate_pct(poses: pd.DataFrame, gt: np.ndarray) -> float:
 
 
 def test_prior_focal_refined_and_used_by_completion(tracks):
+    """Tracking with the prior, ba refining it: the ba stage's estimate reaches completion."""
     feats, gt = tracks
-    tables, poses = _run(feats, None, CompletionOptions())
+    tables, poses = _run(feats, None, CompletionOptions(), self_calibration=False)
     cam = tables["ba_cameras"].iloc[0]
     assert tables["cameras"]["intrinsics_source"].tolist() == ["prior"]
-    assert cam.intrinsics_source == "prior_refined" and cam.focal_status == "refined"
+    assert cam.intrinsics_source == "estimated" and cam.focal_status == "refined"
     assert cam.focal_prior_px == pytest.approx(0.5 * WIDTH / np.tan(np.radians(35.0)))
     assert abs(cam.fx / FOCAL_PX - 1) < 0.01 and cam.fy == cam.fx and 0 < cam.focal_std_px < 5.0
-    _, poses_prior = _run(feats, None, CompletionOptions(refine_focal=False))
+    _, poses_prior = _run(feats, None, CompletionOptions(refine_focal=False), self_calibration=False)
     ate, ate_prior = _ate_pct(poses, gt), _ate_pct(poses_prior, gt)
     assert ate < 0.5 * ate_prior, (ate, ate_prior)
+
+
+def test_tracking_estimates_the_camera_and_tracks_again(tracks):
+    """With self-calibration the tracking stage itself tracks with the estimated camera."""
+    feats, gt = tracks
+    tables, poses = _run(feats, None, CompletionOptions())
+    tracked_with = tables["cameras"].iloc[0]
+    assert tracked_with.intrinsics_source == "estimated" and abs(tracked_with.fx / FOCAL_PX - 1) < 0.01
+    assert abs(tables["ba_cameras"].iloc[0].fx / FOCAL_PX - 1) < 0.01
+    _, poses_plain = _run(feats, None, CompletionOptions(refine_focal=False), self_calibration=False)
+    assert _ate_pct(poses, gt) < 0.5 * _ate_pct(poses_plain, gt)
 
 
 def test_calibrated_camera_unchanged(tracks):
