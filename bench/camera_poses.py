@@ -22,8 +22,9 @@ the initial pair) on KITTI's native frames and on 7-Scenes. Every frame counts: 
 frames (the median of the runs' ATE is reported; RANSAC is seeded, so runs differ only by time),
 with the largest frame error over the RMSE and the keyframes' ATE beside it. The "70° prior focal"
 sequences start from ``Camera.from_prior``
-(no calibration): global BA refines the focal when the motion determines it (``ba``'s guard), the
-"not refined" ones keep the prior.
+(no calibration): tracking estimates the focal and a radial term and tracks again with them
+(``self_calibration``, as the tracking stage does), global BA refines them when the motion determines
+them (``ba``'s guard); the "not refined" ones keep the prior throughout.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ from pose_core.camera_poses.completion import (
 )
 from pose_core.camera_poses.evaluation import evaluate_trajectory, rotation_drift_deg
 from pose_core.camera_poses.features import extract_features
-from pose_core.camera_poses.tracking import TrackingResult, TrackingState, track_episode
+from pose_core.camera_poses.self_calibration import SelfCalibrationOptions, track_self_calibrated
+from pose_core.camera_poses.tracking import TrackingOptions, TrackingResult, TrackingState
 from pose_core.geometry.camera import Camera
 from pose_core.geometry.interop import world_from_cam_from_colmap_params, world_from_cam_from_kitti_rows
 from pose_core.geometry.rigid3 import nearest_rotation
@@ -88,6 +90,8 @@ class Sequence:
     image_paths: list[Path] | None = None  # for pycolmap
     hand_boxes: list[np.ndarray] | None = None  # per frame (K, 4) pixel boxes
     completion: CompletionOptions = field(default_factory=CompletionOptions)  # global BA and completion
+    # intrinsics estimated while tracking (as the tracking stage does) when the camera is a prior
+    self_calibration: SelfCalibrationOptions = field(default_factory=SelfCalibrationOptions)
 
 
 def _images(paths: list[Path], size: tuple[int, int] | None) -> Callable[[], list[np.ndarray]]:
@@ -131,7 +135,8 @@ def _sequences(synth_dir: Path) -> dict[str, Callable[[], Sequence]]:
         seq = synth()
         return replace(seq, camera=Camera.from_prior(seq.camera.width, seq.camera.height))
 
-    kept = CompletionOptions(refine_focal=False)
+    kept = {"completion": CompletionOptions(refine_focal=False),
+            "self_calibration": SelfCalibrationOptions(enabled=False)}
     seven = sorted(Path(p) for p in glob.glob(str(DATA / "sevenscenes_redkitchen_seq01_a/frame-*.color.jpg")))
     seven_gt = np.stack([np.loadtxt(str(p).replace("color.jpg", "pose.txt")) for p in seven])
     seven_gt[:, :3, :3] = nearest_rotation(seven_gt[:, :3, :3])  # the files hold 8 digits
@@ -142,10 +147,10 @@ def _sequences(synth_dir: Path) -> dict[str, Callable[[], Sequence]]:
         "euroc_v101_micro 752x480": lambda: Sequence(_images(euroc, None), EUROC_CAM, None),
         "synthetic egocentric 600 640x480": synth,
         "kitti_vo_seq1 1226x370, 70° prior focal": lambda: kitti_prior,
-        "kitti_vo_seq1 1226x370, 70° prior focal not refined": lambda: replace(kitti_prior, completion=kept),
+        "kitti_vo_seq1 1226x370, 70° prior focal not refined": lambda: replace(kitti_prior, **kept),
         "synthetic egocentric 600 640x480, 70° prior focal": synth_prior,
-        "synthetic egocentric 600 640x480, 70° prior focal not refined": lambda: replace(synth_prior(),
-                                                                                          completion=kept),
+        "synthetic egocentric 600 640x480, 70° prior focal not refined": lambda: replace(
+            synth_prior(), **kept),
         "synthetic hard 600 640x480": lambda: _synthetic(synth_dir, SYNTH_HARD),
         "synthetic hard 600 640x480, seed 3": lambda: _synthetic(synth_dir, replace(SYNTH_HARD, seed=3)),
         "synthetic hard 600 640x480, seed 7": lambda: _synthetic(synth_dir, replace(SYNTH_HARD, seed=7)),
@@ -164,7 +169,7 @@ def _timed_pipeline(imgs: list[np.ndarray], seq: Sequence
     t0, c0 = time.perf_counter(), time.process_time()
     feats = list(extract_features(imgs, hand_masks=seq.hand_boxes))
     c1 = time.process_time()
-    tracked = track_episode(feats, cam)
+    tracked, cam = track_self_calibrated(feats, cam, TrackingOptions(), seq.self_calibration)
     c2 = time.process_time()
     ba = bundle_adjust_keyframes(tracked, cam, seq.completion)
     c3 = time.process_time()
@@ -195,7 +200,9 @@ def _run_egolake(seq: Sequence, repeats: int) -> dict:
            "rotation_drift_deg": rotation_drift_deg(done.world_from_cam),
            "max_translation": float(np.abs(done.world_from_cam[:, :3, 3]).max()),
            "static_frames": int((tracked.state == 1).sum()), "focal_prior_px": seq.camera.focal_px,
-           "focal_px": ba.camera.focal_px, "focal_std_px": ba.focal_std_px, "focal_status": ba.focal_status}
+           "focal_px": ba.camera.focal_px, "focal_std_px": ba.focal_std_px, "focal_status": ba.focal_status,
+           "radial_k1": ba.camera.dist[0] if ba.camera.model == "radtan" else 0.0,
+           "radial_status": ba.radial_status}
     if seq.world_from_cam_gt is not None:
         out.update(evaluate_trajectory(done.world_from_cam, seq.world_from_cam_gt).to_dict())
         out["ate_pct_of_path_every_run"] = [
@@ -276,7 +283,7 @@ def _markdown(results: dict) -> str:
                      f"{r['joined_segments']} map(s) joined, {r['loops_closed']} loop(s) closed; "
                      f"keyframes alone ATE {r.get('ate_pct_of_path_keyframes', nan):.3f} %; focal "
                      f"{r['focal_prior_px']:.1f} -> {r['focal_px']:.1f} px ({r['focal_status']}, std "
-                     f"{r['focal_std_px']:.1f} px)")
+                     f"{r['focal_std_px']:.1f} px), k1 {r['radial_k1']:.3f} ({r['radial_status']})")
     return "\n".join(lines) + "\n"
 
 
