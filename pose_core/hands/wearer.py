@@ -6,7 +6,8 @@ centimetres. A label is a property of a whole track, decided by evidence summed 
 detector's handedness flip in a few frames cannot swap identities.
 
 1. **Tracks.** Observations are linked frame to frame by their 2-D keypoints: Hungarian matching on
-   the median keypoint distance to each track's constant-velocity prediction, in units of the hand's
+   the median palm-keypoint (wrist and finger bases) distance to each track's constant-velocity
+   prediction (a finger fit that changes its articulation between frames does not break a track), in units of the hand's
    size in the image (palm size: mean wrist -> finger-base distance), plus a size-change and a
    handedness term; gated, and a track survives short misses.
 2. **Bystanders.** A track is another person's (``other_<n>``, in order of appearance) only with
@@ -36,6 +37,7 @@ __all__ = ["WearerAssignment", "WearerOptions", "assign_identities", "bystander_
 logger = logging.getLogger(__name__)
 
 _MCPS = [5, 9, 13, 17]
+_PALM = [0, *_MCPS]  # wrist and finger bases: rigid, unlike fingers whose fitted articulation can flip
 _UNMATCHED = 1e6
 
 
@@ -43,7 +45,7 @@ _UNMATCHED = 1e6
 class WearerOptions:
     """Settings of wearer association and identity tracking."""
 
-    # Largest median keypoint distance between an observation and a track's prediction, in hand sizes
+    # Largest median palm-keypoint distance between an observation and a track's prediction, in hand sizes
     # (the image palm size), for one frame since the track's last observation ...
     max_match_palms: float = 1.0
     # ... growing with the frames since then, up to this many times.
@@ -176,7 +178,7 @@ class _Track:
         gap = frame - self.frame
         predicted = self.keypoints_px + self.velocity_px * gap
         scale = max(size_px, self.size_px)
-        distance = float(np.median(np.linalg.norm(keypoints_px - predicted, axis=-1))) / scale
+        distance = float(np.median(np.linalg.norm(keypoints_px[_PALM] - predicted[_PALM], axis=-1))) / scale
         if distance > opts.max_match_palms * min(gap, opts.max_gate_growth):
             return _UNMATCHED
         size = opts.size_cost * abs(np.log(size_px / self.size_px))
