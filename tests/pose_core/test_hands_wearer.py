@@ -61,6 +61,22 @@ def test_noisy_depth_and_flipping_handedness_keep_two_wearer_identities(episode)
     assert len(set(result.track_id)) <= 6  # misses of up to a few frames continue a track
 
 
+def test_fingers_whose_fit_jumps_do_not_break_a_track(episode):
+    """A finger fit can change its articulation from one frame to the next (the demo's right hand moved
+    its median keypoint 1.2 palms while the wrist moved 2 px); the palm decides where a hand is."""
+    rng = np.random.default_rng(3)
+    frame_idx, kp_cam, kp_px, p_right, truth = _observations(episode, rng)
+    palm = np.linalg.norm(kp_px[:, [5, 9, 13, 17]] - kp_px[:, :1], axis=-1).mean(axis=-1)
+    fingers = [k for k in range(21) if k not in (0, 5, 9, 13, 17)]
+    jump = rng.random(len(frame_idx)) < 0.3
+    direction = rng.normal(size=(len(frame_idx), 2))
+    direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+    kp_px[np.ix_(jump, fingers)] += (1.5 * palm[jump, None] * direction[jump])[:, None]
+    result = assign_identities(frame_idx, kp_cam, kp_px, p_right)
+    assert np.mean(result.identity == truth) >= 0.99
+    assert len(set(result.track_id)) <= 6
+
+
 def _project(ep, points_cam):
     return np.stack([(ep.K[:2, :2] @ (p[:, :2] / p[:, 2:]).T + ep.K[:2, 2:]).T for p in points_cam])
 
