@@ -7,9 +7,9 @@ detector's handedness flip in a few frames cannot swap identities.
 
 1. **Tracks.** Observations are linked frame to frame by their 2-D keypoints: Hungarian matching on
    the median palm-keypoint (wrist and finger bases) distance to each track's constant-velocity
-   prediction (a finger fit that changes its articulation between frames does not break a track), in units of the hand's
-   size in the image (palm size: mean wrist -> finger-base distance), plus a size-change and a
-   handedness term; gated, and a track survives short misses.
+   prediction (a finger fit that changes its articulation between frames does not break a track), in
+   units of the hand's size in the image (palm size: mean wrist -> finger-base distance), plus a
+   size-change and a handedness term; gated, and a track survives short misses.
 2. **Bystanders.** A track is another person's (``other_<n>``, in order of appearance) only with
    evidence of one in most of its frames: the wrist beyond `far_m` (twice arm's reach: depth is
    trusted only this coarsely), the forearm pointing away from the camera (fingers towards it; from
