@@ -169,9 +169,12 @@ class BAProblem:
         """Raise ``ShapeError`` on inconsistent shapes (all problems at once)."""
         c, p, m = len(self.rotation), len(self.points), len(self.cam_idx)
         checks = [
-            ("rotation", self.rotation.shape, (c, 3, 3)), ("translation", self.translation.shape, (c, 3)),
-            ("points", self.points.shape, (p, 3)), ("point_idx", self.point_idx.shape, (m,)),
-            ("xy", self.xy.shape, (m, 2)), ("fixed_params", self.fixed_params.shape, (c, 6)),
+            ("rotation", self.rotation.shape, (c, 3, 3)),
+            ("translation", self.translation.shape, (c, 3)),
+            ("points", self.points.shape, (p, 3)),
+            ("point_idx", self.point_idx.shape, (m,)),
+            ("xy", self.xy.shape, (m, 2)),
+            ("fixed_params", self.fixed_params.shape, (c, 6)),
         ]
         bad = [(n, a, e) for n, a, e in checks if tuple(a) != e]
         if bad:
@@ -229,8 +232,15 @@ def _robust(r_norm: Any, opts: BAOptions, xp: ModuleType) -> tuple[Any, Any]:
     return rho, w
 
 
-def _residuals(rot: Any, trans: Any, pts: Any, intr: tuple[float, float], prob: BAProblem, opts: BAOptions,
-               xp: ModuleType) -> tuple[Any, Any, Any, Any]:
+def _residuals(
+    rot: Any,
+    trans: Any,
+    pts: Any,
+    intr: tuple[float, float],
+    prob: BAProblem,
+    opts: BAOptions,
+    xp: ModuleType,
+) -> tuple[Any, Any, Any, Any]:
     """Camera-frame points ``(M, 3)``, pixel residuals ``(M, 2)``, robust costs and IRLS weights ``(M,)``.
 
     ``intr`` is the focal scale ``s`` and radial ``k1``: the prediction is ``s p (1 + k1 |p|^2)``,
@@ -245,8 +255,9 @@ def _residuals(rot: Any, trans: Any, pts: Any, intr: tuple[float, float], prob: 
     return x_in_cam, res, rho, xp.where(x_in_cam[:, 2] > _MIN_DEPTH, w, 0.0)
 
 
-def _projection_jacobians(x_in_cam: Any, rx: Any, focal_px: float, xp: ModuleType, k1: float = 0.0
-                          ) -> tuple[Any, Any]:
+def _projection_jacobians(
+    x_in_cam: Any, rx: Any, focal_px: float, xp: ModuleType, k1: float = 0.0
+) -> tuple[Any, Any]:
     """Jacobians of the pixel projection of ``x_in_cam = R p + t`` (left update of ``R``).
 
     Args:
@@ -311,7 +322,7 @@ class _Pattern:
         diag = np.arange(n_cam) * (n_cam + 1)
         up_blocks, up_inverse = np.unique(np.concatenate([key, diag]), return_inverse=True)
         self.obs_a, self.obs_b = xp.asarray(obs_a), xp.asarray(obs_b)
-        self.pair_block = up_inverse[:len(key)]  # non-decreasing: segments of equal block are contiguous
+        self.pair_block = up_inverse[: len(key)]  # non-decreasing: segments of equal block are contiguous
         self.n_up, self.chunk = len(up_blocks), opts.pair_chunk
         rows, cols = up_blocks // n_cam, up_blocks % n_cam
         off = rows != cols  # the lower triangle is the transpose of the upper one
@@ -320,7 +331,7 @@ class _Pattern:
         full_rows, full_cols = full_rows[row_major], full_cols[row_major]
         self.full_src = xp.asarray(np.concatenate([np.arange(self.n_up), np.nonzero(off)[0]])[row_major])
         self.full_transposed = xp.asarray((row_major >= self.n_up)[:, None, None])
-        self.diag_block = xp.asarray(up_inverse[len(key):])
+        self.diag_block = xp.asarray(up_inverse[len(key) :])
         self.block_row, self.block_col = xp.asarray(full_rows), xp.asarray(full_cols)
         if not self.dense_solve:
             self._csr_layout(full_rows, full_cols, xp)
@@ -348,8 +359,8 @@ class _Pattern:
         """``sum Y_a W_b^T`` per upper camera block, ``(B_up, 6, 6)`` (chunked segment sums)."""
         acc = xp.zeros((self.n_up, 36))
         for s in range(0, len(self.obs_a), self.chunk):
-            a, b = self.obs_a[s:s + self.chunk], self.obs_b[s:s + self.chunk]
-            blk = self.pair_block[s:s + self.chunk]
+            a, b = self.obs_a[s : s + self.chunk], self.obs_b[s : s + self.chunk]
+            blk = self.pair_block[s : s + self.chunk]
             starts = np.nonzero(np.r_[True, blk[1:] != blk[:-1]])[0]
             prod = (y[a] @ xp.swapaxes(w_blk[b], 1, 2)).reshape(-1, 36)
             acc[xp.asarray(blk[starts])] += _segment_sum_sorted(prod, starts, xp)
@@ -382,8 +393,9 @@ class _Pattern:
             mat = xp.zeros((self.n_cam, self.n_cam, 6, 6))
             mat[self.block_row, self.block_col] = vals
             return xp.linalg.solve(xp.swapaxes(mat, 1, 2).reshape(n, n), b).reshape(rhs.shape)
-        mat = _sparse(xp).csr_matrix((vals.reshape(-1)[self.csr_gather], self.csr_indices, self.csr_indptr),
-                                     shape=(n, n))
+        mat = _sparse(xp).csr_matrix(
+            (vals.reshape(-1)[self.csr_gather], self.csr_indices, self.csr_indptr), shape=(n, n)
+        )
         return _spsolve(mat, b, xp).reshape(rhs.shape)
 
 
@@ -459,8 +471,16 @@ class _Normal:
     intrinsics: _IntrinsicBlocks | None
 
 
-def _normal_blocks(rot: Any, trans: Any, x_in_cam: Any, res: Any, w: Any, intr: tuple[float, float],
-                   prob: BAProblem, xp: ModuleType) -> _Normal:
+def _normal_blocks(
+    rot: Any,
+    trans: Any,
+    x_in_cam: Any,
+    res: Any,
+    w: Any,
+    intr: tuple[float, float],
+    prob: BAProblem,
+    xp: ModuleType,
+) -> _Normal:
     """The Gauss-Newton blocks at the current estimate (with the intrinsics' rows when they are refined)."""
     rx = x_in_cam - trans[prob.cam_idx]
     d_proj, j_rot = _projection_jacobians(x_in_cam, rx, intr[0] * prob.focal_px, xp, intr[1])
@@ -491,8 +511,9 @@ def _normal_blocks(rot: Any, trans: Any, x_in_cam: Any, res: Any, w: Any, intr: 
     return _Normal(u, v, g_cam, g_pt, jw_cam_t @ j_pt, intrinsics)
 
 
-def _lm_step(nb: _Normal, lam: float, gauge: Any, pattern: _Pattern, prob: BAProblem, xp: ModuleType
-             ) -> tuple[Any, Any, np.ndarray, np.ndarray]:
+def _lm_step(
+    nb: _Normal, lam: float, gauge: Any, pattern: _Pattern, prob: BAProblem, xp: ModuleType
+) -> tuple[Any, Any, np.ndarray, np.ndarray]:
     """One damped step: camera ``(C, 6)``, point ``(P, 3)`` and intrinsics ``(G,)`` steps, and their info.
 
     The points are eliminated (Schur complement ``S``); with intrinsics, their rows and columns border
@@ -516,8 +537,12 @@ def _lm_step(nb: _Normal, lam: float, gauge: Any, pattern: _Pattern, prob: BAPro
         border = f.u_cg - _segment_sum(prob.cam_idx, y @ f.w_g[prob.point_idx], n_cam, xp)  # (C, 6, G)
         vinv_wg = v_inv @ f.w_g  # (P, 3, G)
         n_g = f.u_gg.shape[0]
-        d_gg = f.u_gg + lam * xp.diag(xp.diag(f.u_gg)) + 1e-9 * xp.eye(n_g) \
+        d_gg = (
+            f.u_gg
+            + lam * xp.diag(xp.diag(f.u_gg))
+            + 1e-9 * xp.eye(n_g)
             - xp.einsum("pkg,pkh->gh", f.w_g, vinv_wg)
+        )
         rhs_g = -f.g_g + xp.einsum("pkg,pk->g", vinv_wg, nb.g_pt)
         x = pattern.solve(u_damped, y, nb.w_blk, xp.concatenate([rhs[:, :, None], border], axis=2), xp)
         info = _to_numpy(d_gg - xp.einsum("ckg,ckh->gh", border, x[:, :, 1:]))
@@ -561,22 +586,40 @@ def bundle_adjust(prob: BAProblem, opts: BAOptions | None = None, xp: ModuleType
             return replace(kept, radial_k1_std=res.radial_k1_std, radial_status=status)
     verdict = _focal_verdict(res, opts, xp)
     if verdict is None:
-        logger.info("BA focal %.1f -> %.1f px (std %.2f px), k1 %.4f (std %.4f)", prob.focal_px,
-                    res.focal_scale * prob.focal_px, res.focal_scale_std * prob.focal_px, res.radial_k1,
-                    res.radial_k1_std)
+        logger.info(
+            "BA focal %.1f -> %.1f px (std %.2f px), k1 %.4f (std %.4f)",
+            prob.focal_px,
+            res.focal_scale * prob.focal_px,
+            res.focal_scale_std * prob.focal_px,
+            res.radial_k1,
+            res.radial_k1_std,
+        )
         return res
     status, reason = verdict
     kept = _solve(replace(prob, refine_focal=False, refine_radial=False), opts, xp)
     if status == "poor_fit" and _outlier_fraction(res, opts, xp) < _outlier_fraction(kept, opts, xp):
         # real footage leaves more residuals above the loss scale than the limit with any camera
         # (7-Scenes, calibrated: 9 %); a focal that explains more of them than the prior is trusted
-        logger.info("BA focal %.1f -> %.1f px: %s, fewer than with the prior", prob.focal_px,
-                    res.focal_scale * prob.focal_px, reason)
+        logger.info(
+            "BA focal %.1f -> %.1f px: %s, fewer than with the prior",
+            prob.focal_px,
+            res.focal_scale * prob.focal_px,
+            reason,
+        )
         return res
-    logger.info("BA keeps the prior focal %.1f px: refined %.1f px, %s (%s)", prob.focal_px,
-                res.focal_scale * prob.focal_px, reason, status)
-    return replace(kept, focal_scale_std=res.focal_scale_std, focal_status=status,
-                   radial_status=status if prob.refine_radial else "fixed")
+    logger.info(
+        "BA keeps the prior focal %.1f px: refined %.1f px, %s (%s)",
+        prob.focal_px,
+        res.focal_scale * prob.focal_px,
+        reason,
+        status,
+    )
+    return replace(
+        kept,
+        focal_scale_std=res.focal_scale_std,
+        focal_status=status,
+        radial_status=status if prob.refine_radial else "fixed",
+    )
 
 
 def _outlier_fraction(res: BAResult, opts: BAOptions, xp: ModuleType) -> float:
@@ -646,14 +689,23 @@ def _solve(prob: BAProblem, opts: BAOptions, xp: ModuleType) -> BAResult:
         if rel < opts.rel_cost_tol:
             converged = True
             break
-    logger.debug("BA %d cams %d pts: cost %.1f -> %.1f in %d its, focal scale %.4f, k1 %.4f", len(rot),
-                 len(pts), initial_cost, cost, it, intr[0], intr[1])
+    logger.debug(
+        "BA %d cams %d pts: cost %.1f -> %.1f in %d its, focal scale %.4f, k1 %.4f",
+        len(rot),
+        len(pts),
+        initial_cost,
+        cost,
+        it,
+        intr[0],
+        intr[1],
+    )
     out = BAResult(rot, trans, pts, converged, cost, initial_cost, it, xp.linalg.norm(res, axis=1))
     if prob.refine_focal:
         # the intrinsics' information with everything else marginalised: the bordered system, damped only
         # enough (1e-9) to invert a point that lost every observation
-        info = _lm_step(_normal_blocks(rot, trans, x_in_cam, res, w, intr, prob, xp), 1e-9, gauge, pattern,
-                        prob, xp)[3]
+        info = _lm_step(
+            _normal_blocks(rot, trans, x_in_cam, res, w, intr, prob, xp), 1e-9, gauge, pattern, prob, xp
+        )[3]
         std = _intrinsics_std(info, res, w, prob, xp)
         out.focal_scale, out.focal_scale_std, out.focal_status = intr[0], float(std[0]), "refined"
         if prob.refine_radial:
@@ -770,8 +822,9 @@ def optimize_pose(
     return PoseFit(out, inliers, rms, it)
 
 
-def _add_prior(hess: np.ndarray, grad: np.ndarray, rot: np.ndarray, trans: np.ndarray, prior: PosePrior
-               ) -> tuple[np.ndarray, np.ndarray]:
+def _add_prior(
+    hess: np.ndarray, grad: np.ndarray, rot: np.ndarray, trans: np.ndarray, prior: PosePrior
+) -> tuple[np.ndarray, np.ndarray]:
     """The normal equations ``(6, 6)``, ``(6,)`` with the prior's centre and rotation residuals added.
 
     For the update ``R <- exp(w) R``, ``t <- t + dt`` the centre ``C = -R^T t`` moves by

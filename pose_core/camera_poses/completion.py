@@ -130,8 +130,9 @@ class GlobalBA:
 _REFINED_SOURCE: frozenset[IntrinsicsSource] = frozenset({"prior", "metadata", "estimated"})
 
 
-def bundle_adjust_keyframes(result: TrackingResult, camera: Camera, opts: CompletionOptions | None = None
-                            ) -> GlobalBA:
+def bundle_adjust_keyframes(
+    result: TrackingResult, camera: Camera, opts: CompletionOptions | None = None
+) -> GlobalBA:
     """Global BA per segment over all keyframes; updates ``result`` keyframes and points in place.
 
     An uncalibrated camera is first estimated (``estimate_intrinsics``); every keyframe's observations
@@ -156,8 +157,14 @@ def bundle_adjust_keyframes(result: TrackingResult, camera: Camera, opts: Comple
         res = refine_keyframes(kfs, result.points_in_world, out.camera.focal_px, 1, opts.ba, opts.inlier_px)
         if res is None:
             continue
-        logger.debug("global BA segment %d: %d keyframes, cost %.1f -> %.1f, converged=%s",
-                     seg, len(kfs), res.initial_cost, res.cost, res.converged)
+        logger.debug(
+            "global BA segment %d: %d keyframes, cost %.1f -> %.1f, converged=%s",
+            seg,
+            len(kfs),
+            res.initial_cost,
+            res.cost,
+            res.converged,
+        )
         out.solves.append(res)
     return out
 
@@ -187,23 +194,41 @@ def estimate_intrinsics(result: TrackingResult, camera: Camera, opts: Completion
     base = replace(camera, model="pinhole", dist=())
     for k in kfs:
         k.xy = _renormalised(k.xy, camera, base)
-    res = refine_keyframes(kfs, result.points_in_world.copy(), base.focal_px, 1, opts.ba, opts.inlier_px,
-                           refine_focal=True, refine_radial=opts.refine_radial)
+    res = refine_keyframes(
+        kfs,
+        result.points_in_world.copy(),
+        base.focal_px,
+        1,
+        opts.ba,
+        opts.inlier_px,
+        refine_focal=True,
+        refine_radial=opts.refine_radial,
+    )
     return out if res is None else _with_intrinsics(out, base, res)
 
 
 def _with_intrinsics(out: GlobalBA, camera: Camera, res: BAResult) -> GlobalBA:
     """``out`` with the intrinsics outcome of ``res`` (the estimated camera when the focal was accepted)."""
     std_px = res.focal_scale_std * camera.focal_px
-    out = replace(out, focal_status=res.focal_status, focal_std_px=std_px, radial_status=res.radial_status,
-                  radial_k1_std=res.radial_k1_std)
+    out = replace(
+        out,
+        focal_status=res.focal_status,
+        focal_std_px=std_px,
+        radial_status=res.radial_status,
+        radial_k1_std=res.radial_k1_std,
+    )
     if res.focal_status != "refined":
         return out
     radial = {}
     if res.radial_status == "refined":
         radial = {"model": "radtan", "dist": (res.radial_k1, 0.0, 0.0, 0.0)}
-    estimated = replace(camera, fx=camera.fx * res.focal_scale, fy=camera.fy * res.focal_scale,
-                        intrinsics_source="estimated", **radial)
+    estimated = replace(
+        camera,
+        fx=camera.fx * res.focal_scale,
+        fy=camera.fy * res.focal_scale,
+        intrinsics_source="estimated",
+        **radial,
+    )
     return replace(out, camera=estimated)
 
 
@@ -213,7 +238,9 @@ def _renormalised(xy: np.ndarray, given: Camera, other: Camera) -> np.ndarray:
 
 
 def complete_poses(
-    result: TrackingResult, features: Sequence[FrameFeatures], camera: Camera,
+    result: TrackingResult,
+    features: Sequence[FrameFeatures],
+    camera: Camera,
     opts: CompletionOptions | None = None,
 ) -> CompletionResult:
     """A pose for every frame from the (bundle-adjusted) keyframes, map and cached features.
@@ -270,8 +297,9 @@ def complete_poses(
         prior = _neighbour_prior(f, kf_frames, wfc, result.segment_id, opts)
         starts = [start] if prior is None else [start, prior.cam_from_world]
         x_in_world = result.points_in_world[pidx[have]]
-        fits = [optimize_pose(s, x_in_world, xy, camera.focal_px, opts.ba, opts.inlier_px, prior)
-                for s in starts]
+        fits = [
+            optimize_pose(s, x_in_world, xy, camera.focal_px, opts.ba, opts.inlier_px, prior) for s in starts
+        ]
         # two starts (tracked, and between the keyframes): the one that explains more points wins (a
         # motion-only fit can settle in a wrong minimum: 111 of ~200 points at 1.9 px, 0.8 m off on KITTI)
         fit = max(fits, key=lambda x: (np.count_nonzero(x.inliers), -x.rms_px))
@@ -281,12 +309,14 @@ def complete_poses(
             quality[f], inliers[f], err[f] = PoseQuality.MOTION_ONLY, n_in, fit.rms_px
     _move_turns(wfc, quality, result.state, result.segment_id)
     _fill_gaps(wfc)
-    return CompletionResult(wfc, quality, result.state.copy(), result.is_keyframe.copy(), inliers, err,
-                            result.segment_id.copy())
+    return CompletionResult(
+        wfc, quality, result.state.copy(), result.is_keyframe.copy(), inliers, err, result.segment_id.copy()
+    )
 
 
-def _neighbour_prior(frame: int, kf_frames: np.ndarray, wfc: np.ndarray, segment_id: np.ndarray,
-                     opts: CompletionOptions) -> PosePrior | None:
+def _neighbour_prior(
+    frame: int, kf_frames: np.ndarray, wfc: np.ndarray, segment_id: np.ndarray, opts: CompletionOptions
+) -> PosePrior | None:
     """The pose interpolated between the keyframes before and after ``frame`` (same map), as a prior."""
     after = int(np.searchsorted(kf_frames, frame))
     if after == 0 or after == len(kf_frames):
@@ -298,8 +328,9 @@ def _neighbour_prior(frame: int, kf_frames: np.ndarray, wfc: np.ndarray, segment
     spacing = float(np.linalg.norm(wfc[b, :3, 3] - wfc[a, :3, 3]))
     if spacing <= 0:
         return None
-    return PosePrior(invert_rigid_matrices(mid), opts.prior_centre_fraction * spacing,
-                     np.deg2rad(opts.prior_rotation_deg))
+    return PosePrior(
+        invert_rigid_matrices(mid), opts.prior_centre_fraction * spacing, np.deg2rad(opts.prior_rotation_deg)
+    )
 
 
 def _move_turns(wfc: np.ndarray, quality: np.ndarray, state: np.ndarray, segment_id: np.ndarray) -> None:

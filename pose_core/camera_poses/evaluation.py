@@ -57,7 +57,9 @@ def _trajectory(world_from_cam: np.ndarray, ts_s: np.ndarray) -> PoseTrajectory3
 
 
 def evaluate_trajectory(
-    world_from_cam_est: np.ndarray, world_from_cam_gt: np.ndarray, ts_s: np.ndarray | None = None,
+    world_from_cam_est: np.ndarray,
+    world_from_cam_gt: np.ndarray,
+    ts_s: np.ndarray | None = None,
     correct_scale: bool = True,
 ) -> TrajectoryErrors:
     """ATE (after Umeyama alignment) and RPE (consecutive frames, after alignment) with evo.
@@ -91,7 +93,9 @@ def evaluate_trajectory(
     path = float(traj_gt.path_length)
     ate = float(ape.get_statistic(metrics.StatisticsType.rmse))
     return TrajectoryErrors(
-        num_frames=int(ok.sum()), path_length_m=path, ate_rmse_m=ate,
+        num_frames=int(ok.sum()),
+        path_length_m=path,
+        ate_rmse_m=ate,
         ate_pct_of_path=100.0 * ate / path if path > 0 else float("nan"),
         ate_max_m=float(ape.get_statistic(metrics.StatisticsType.max)),
         rpe_trans_rmse_m=float(rpe_t.get_statistic(metrics.StatisticsType.rmse)),

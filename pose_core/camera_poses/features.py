@@ -127,8 +127,9 @@ class FrameFeatures:
         return self.track_ids.astype(np.int64), self.uv_px.astype(np.float32).reshape(-1), desc
 
     @classmethod
-    def from_flat(cls, frame_idx: int, track_ids: np.ndarray, uv_px_flat: np.ndarray,
-                  descriptors: bytes | None = None) -> FrameFeatures:
+    def from_flat(
+        cls, frame_idx: int, track_ids: np.ndarray, uv_px_flat: np.ndarray, descriptors: bytes | None = None
+    ) -> FrameFeatures:
         """Inverse of ``to_flat``."""
         uv = np.asarray(uv_px_flat, dtype=np.float32)
         if uv.size != 2 * len(track_ids):
@@ -158,8 +159,11 @@ class KltTracker:
         self._prev_ids = np.zeros(0, np.int64)
         self._prev_flow = np.zeros((0, 2), np.float32)  # last motion of each tracked point, pixels
         w = self.opts.window_px
-        self._lk = {"winSize": (w, w), "maxLevel": self.opts.pyramid_levels,
-                    "criteria": (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 20, 0.03)}
+        self._lk = {
+            "winSize": (w, w),
+            "maxLevel": self.opts.pyramid_levels,
+            "criteria": (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 20, 0.03),
+        }
         self._fast = cv2.FastFeatureDetector_create(self.opts.fast_threshold)
         self._orb = cv2.ORB_create(nlevels=1, edgeThreshold=_ORB_PATCH_PX // 2 + 4, patchSize=_ORB_PATCH_PX)
 
@@ -203,8 +207,10 @@ class KltTracker:
         out = np.zeros((len(uv), DESCRIPTOR_BYTES), np.uint8)
         if len(uv) == 0:
             return out
-        points = [cv2.KeyPoint(float(u), float(v), _ORB_PATCH_PX, 0.0, 0.0, 0, i)
-                  for i, (u, v) in enumerate(uv.tolist())]
+        points = [
+            cv2.KeyPoint(float(u), float(v), _ORB_PATCH_PX, 0.0, 0.0, 0, i)
+            for i, (u, v) in enumerate(uv.tolist())
+        ]
         kept, desc = self._orb.compute(gray, points)
         if desc is not None and len(kept):
             out[[k.class_id for k in kept]] = desc

@@ -50,7 +50,8 @@ class SelfCalibrationOptions:
     # global BA of the first pass's map (an estimate still moving after its iterations is used: the
     # second pass and the ba stage refine it; a 300-frame clip with k1 = -0.2 moved 457 -> 478 px in 80)
     ba: BAOptions = field(
-        default_factory=lambda: BAOptions(max_iterations=10, focal_require_convergence=False))
+        default_factory=lambda: BAOptions(max_iterations=10, focal_require_convergence=False)
+    )
 
 
 def track_self_calibrated(
@@ -71,14 +72,19 @@ def track_self_calibrated(
     result = track_episode(features, camera, tracking)
     if not opts.enabled or camera.intrinsics_source not in ("prior", "metadata") or camera.model != "pinhole":
         return result, camera
-    estimate = CompletionOptions(ba=opts.ba, refine_focal=True, refine_radial=opts.radial,
-                                 intrinsics_keyframes=opts.max_keyframes)
+    estimate = CompletionOptions(
+        ba=opts.ba, refine_focal=True, refine_radial=opts.radial, intrinsics_keyframes=opts.max_keyframes
+    )
     for _ in range(opts.max_passes - 1):
         estimated = estimate_intrinsics(result, camera, estimate).camera
         if not _differs(estimated, camera, opts):
             break
-        logger.info("tracking again with estimated intrinsics: focal %.1f -> %.1f px, k1 %.3f",
-                    camera.focal_px, estimated.focal_px, _k1(estimated))
+        logger.info(
+            "tracking again with estimated intrinsics: focal %.1f -> %.1f px, k1 %.3f",
+            camera.focal_px,
+            estimated.focal_px,
+            _k1(estimated),
+        )
         result, camera = track_episode(features, estimated, tracking), estimated
     return result, camera
 
@@ -90,5 +96,6 @@ def _k1(camera: Camera) -> float:
 def _differs(estimated: Camera, used: Camera, opts: SelfCalibrationOptions) -> bool:
     """Whether ``estimated`` differs from the camera tracking ``used`` enough to track again."""
     focal_change = abs(estimated.focal_px / used.focal_px - 1.0)
-    return estimated is not used and (focal_change > opts.min_focal_change
-                                      or abs(_k1(estimated) - _k1(used)) > opts.min_radial)
+    return estimated is not used and (
+        focal_change > opts.min_focal_change or abs(_k1(estimated) - _k1(used)) > opts.min_radial
+    )

@@ -267,7 +267,7 @@ class _Tracker:
                 if not np.isfinite(ref_cfw).all():  # after a loss: the new map is anchored at the last pose
                     ref_cfw = self.anchor
                 self.ref, self.ref_row = (cand, cand_xy, ref_cfw), row
-                self.pending = [old, *self.pending[:k], *self.pending[k + 1:]]
+                self.pending = [old, *self.pending[:k], *self.pending[k + 1 :]]
                 return True
         return False
 
@@ -283,7 +283,7 @@ class _Tracker:
                 self._set_reference(feat, xy, cfw if np.isfinite(cfw).all() else held)
                 moving = bool(self.atlas.rows) and self.atlas.rows[-1].state == TrackingState.ROTATION_ONLY
                 self._record_without_map(cfw, len(ia), translating=moving)
-                self.pending = pending[-self.opts.max_pending_frames:]
+                self.pending = pending[-self.opts.max_pending_frames :]
                 return
             _, ia, ib = np.intersect1d(self.ref[0].track_ids, feat.track_ids, return_indices=True)
         ref_feat, ref_xy, ref_cfw = self.ref
@@ -294,7 +294,7 @@ class _Tracker:
             motion = estimate_relative_motion(ref_xy[ia], xy[ib], self.opts.ransac_px / self.f)
             if motion is not None and self._initialise(feat, xy, ia, ib, motion):
                 return
-        keep = self.pending[-self.opts.max_pending_frames + 1:]
+        keep = self.pending[-self.opts.max_pending_frames + 1 :]
         self.pending = [*keep, (len(self.atlas.rows), feat, xy)]
         cfw = np.eye(4)
         cfw[:3, :3] = rot
@@ -337,8 +337,9 @@ class _Tracker:
         state = TrackingState.ROTATION_ONLY if moving else TrackingState.STATIC
         self._record(cfw, state, n, False, float("nan"))
 
-    def _initialise(self, feat: FrameFeatures, xy: np.ndarray, ia: np.ndarray, ib: np.ndarray,
-                    motion: RelativeMotion) -> bool:
+    def _initialise(
+        self, feat: FrameFeatures, xy: np.ndarray, ia: np.ndarray, ib: np.ndarray, motion: RelativeMotion
+    ) -> bool:
         o = self.opts
         inl = motion.inliers
         if np.count_nonzero(inl) < o.init_min_inliers or motion.median_parallax_deg < o.init_min_parallax_deg:
@@ -353,7 +354,7 @@ class _Tracker:
         if np.count_nonzero(ok) < o.init_min_inliers:
             return False
         first_kf = len(self.keyframes)
-        rows = self.atlas.rows[self.lost_at:self.ref_row + 1] if self.keyframes else []
+        rows = self.atlas.rows[self.lost_at : self.ref_row + 1] if self.keyframes else []
         if rows and all(np.isfinite(r.cam_from_world).all() for r in rows):
             # the turn since the loss was followed frame by frame: the same map and world, its scale a guess
             self.segment = self.last_segment
@@ -370,8 +371,9 @@ class _Tracker:
         self._local_ba()
         logger.info("map %d initialised at frame %d with %d points", self.segment, feat.frame_idx, len(idx))
         first = self.keyframes[-2].cam_from_world
-        self.atlas.rows[self.ref_row] = FrameRow(first, int(TrackingState.TRACKING), self.segment, True,
-                                                 len(idx), float("nan"))
+        self.atlas.rows[self.ref_row] = FrameRow(
+            first, int(TrackingState.TRACKING), self.segment, True, len(idx), float("nan")
+        )
         self._retrack(self.pending, self.keyframes[-2].cam_from_world)
         self.selector = KeyframeSelector(o.keyframes)
         self.selector.force(feat)
@@ -386,12 +388,14 @@ class _Tracker:
             have = pidx >= 0
             if np.count_nonzero(have) < self.opts.min_pnp_inliers:
                 continue
-            fit = optimize_pose(start, self.map.points[pidx[have]], xy[have], self.f, self.opts.ba,
-                                self.opts.inlier_px)
+            fit = optimize_pose(
+                start, self.map.points[pidx[have]], xy[have], self.f, self.opts.ba, self.opts.inlier_px
+            )
             n_in = int(np.count_nonzero(fit.inliers))
             if n_in >= self.opts.min_pnp_inliers:
-                self.atlas.rows[row] = FrameRow(fit.cam_from_world, int(TrackingState.TRACKING), self.segment,
-                                                False, n_in, fit.rms_px)
+                self.atlas.rows[row] = FrameRow(
+                    fit.cam_from_world, int(TrackingState.TRACKING), self.segment, False, n_in, fit.rms_px
+                )
                 start = fit.cam_from_world
         self.pending = []
 
@@ -462,8 +466,10 @@ class _Tracker:
                 self._lose(feat)
             return
         n_in = int(np.count_nonzero(fit.inliers))
-        place_check = (feat.descriptors is not None
-                       and feat.frame_idx - self.last_place_check >= o.place_check_every_frames)
+        place_check = (
+            feat.descriptors is not None
+            and feat.frame_idx - self.last_place_check >= o.place_check_every_frames
+        )
         is_kf = place_check or self.selector.wants(feat) or n_in < o.min_tracked_points
         cfw = fit.cam_from_world
         if is_kf:
@@ -492,8 +498,15 @@ class _Tracker:
         if np.count_nonzero(fit.inliers) >= 0.6 * len(xy):
             return fit
         ok, rvec, tvec, inl = cv2.solvePnPRansac(
-            x_in_world, xy, np.eye(3), None, iterationsCount=200, reprojectionError=o.ransac_px / self.f,
-            confidence=0.999, flags=cv2.SOLVEPNP_AP3P)
+            x_in_world,
+            xy,
+            np.eye(3),
+            None,
+            iterationsCount=200,
+            reprojectionError=o.ransac_px / self.f,
+            confidence=0.999,
+            flags=cv2.SOLVEPNP_AP3P,
+        )
         if not ok or inl is None:
             return None
         cfw = np.eye(4)
@@ -533,8 +546,15 @@ class _Tracker:
         self.atlas.keyframes.append(kf)
         self.atlas.keyframe_segment.append(self.segment)
 
-    def _add_keyframe(self, feat: FrameFeatures, xy: np.ndarray, cfw: np.ndarray, pidx: np.ndarray,
-                      have: np.ndarray, inliers: np.ndarray) -> None:
+    def _add_keyframe(
+        self,
+        feat: FrameFeatures,
+        xy: np.ndarray,
+        cfw: np.ndarray,
+        pidx: np.ndarray,
+        have: np.ndarray,
+        inliers: np.ndarray,
+    ) -> None:
         obs = np.nonzero(have)[0][inliers]
         kf = Keyframe(feat.frame_idx, cfw, pidx[obs], xy[obs])
         new_idx, new_xy = self._triangulate_new(feat, xy, cfw, have)
@@ -544,8 +564,9 @@ class _Tracker:
         self.first_seen.update(len(self.keyframes) - 1, feat.track_ids, xy)
         self._local_ba()
 
-    def _triangulate_new(self, feat: FrameFeatures, xy: np.ndarray, cfw: np.ndarray,
-                         have: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _triangulate_new(
+        self, feat: FrameFeatures, xy: np.ndarray, cfw: np.ndarray, have: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Triangulate tracks without a map point against the keyframe where each was first seen.
 
         Returns the new points' indices ``(K,)`` and their coordinates in this frame ``(K, 2)``; the
@@ -583,19 +604,19 @@ class _Tracker:
         """BA of the newest keyframes and their covisible ones; keyframes seeing the same points anchor it."""
         o = self.opts
         seg_kfs = self.atlas.segment_keyframes(self.segment)
-        window = seg_kfs[-o.local_ba_window:]
-        older = seg_kfs[-o.local_ba_window - o.local_ba_search:-o.local_ba_window]
+        window = seg_kfs[-o.local_ba_window :]
+        older = seg_kfs[-o.local_ba_window - o.local_ba_search : -o.local_ba_window]
         if older:
             newest = self.keyframes[window[-1]].point_idx
             shared = np.array([np.count_nonzero(np.isin(self.keyframes[k].point_idx, newest)) for k in older])
-            best = np.argsort(-shared, kind="stable")[:o.local_ba_covisible]
+            best = np.argsort(-shared, kind="stable")[: o.local_ba_covisible]
             window = sorted([older[i] for i in best if shared[i] >= o.covisible_min_points] + window)
             in_window = np.zeros(self.map.n, bool)
             for k in window:
                 in_window[self.keyframes[k].point_idx] = True
             rest = [k for k in older if k not in window]
             seen = np.array([np.count_nonzero(in_window[self.keyframes[k].point_idx]) for k in rest], int)
-            anchors = [rest[i] for i in np.argsort(-seen, kind="stable")[:o.local_ba_anchors] if seen[i] > 0]
+            anchors = [rest[i] for i in np.argsort(-seen, kind="stable")[: o.local_ba_anchors] if seen[i] > 0]
         else:
             anchors = []
         chosen = sorted(anchors + window)
@@ -606,8 +627,9 @@ class _Tracker:
         refine_keyframes(window_kfs, self.map.points, self.f, fixed, o.ba, o.inlier_px)
 
 
-def track_episode(features: Iterable[FrameFeatures], camera: Camera, opts: TrackingOptions | None = None
-                  ) -> TrackingResult:
+def track_episode(
+    features: Iterable[FrameFeatures], camera: Camera, opts: TrackingOptions | None = None
+) -> TrackingResult:
     """Track the camera through one episode.
 
     Args:
@@ -631,8 +653,9 @@ def track_episode(features: Iterable[FrameFeatures], camera: Camera, opts: Track
     return TrackingResult(
         world_from_cam=invert_rigid_matrices(cfw),
         state=np.array([r.state for r in rows], np.int8),
-        segment_id=_dense_segments(np.array([r.segment for r in rows], np.int64),
-                                   np.array(atlas.keyframe_segment, np.int64)),
+        segment_id=_dense_segments(
+            np.array([r.segment for r in rows], np.int64), np.array(atlas.keyframe_segment, np.int64)
+        ),
         is_keyframe=np.array([r.is_keyframe for r in rows], bool),
         num_inliers=np.array([r.num_inliers for r in rows], np.int32),
         reproj_error_px=np.array([r.reproj_error_px for r in rows], np.float64),

@@ -78,10 +78,15 @@ def triangulate(
         Points in world ``(N, 3)`` and a mask ``(N,)`` of points in front of both cameras.
     """
     pa, pb = cam_from_world_a[:3], cam_from_world_b[:3]
-    a = np.stack([
-        xy_a[:, :1] * pa[2] - pa[0], xy_a[:, 1:] * pa[2] - pa[1],
-        xy_b[:, :1] * pb[2] - pb[0], xy_b[:, 1:] * pb[2] - pb[1],
-    ], axis=1)  # (N, 4, 4)
+    a = np.stack(
+        [
+            xy_a[:, :1] * pa[2] - pa[0],
+            xy_a[:, 1:] * pa[2] - pa[1],
+            xy_b[:, :1] * pb[2] - pb[0],
+            xy_b[:, 1:] * pb[2] - pb[1],
+        ],
+        axis=1,
+    )  # (N, 4, 4)
     _, _, vt = np.linalg.svd(a)
     hom = vt[:, -1]
     w = hom[:, 3:]
@@ -134,4 +139,3 @@ def estimate_relative_motion(
     cur_from_ref[:3, :3], cur_from_ref[:3, 3] = rot, t.ravel() / np.linalg.norm(t)
     par = parallax_deg(xy_ref[inliers], xy_cur[inliers], rot)
     return RelativeMotion(cur_from_ref, inliers, float(np.median(par)))
-
