@@ -257,7 +257,8 @@ TRACKS = TableSchema(
         [
             pa.field("episode_id", pa.string(), nullable=False),
             pa.field("frame_idx", pa.int64(), nullable=False),
-            pa.field("tracking_state", pa.string(), nullable=False),  # lost | static | tracking | rotation_only
+            # lost | static | tracking | rotation_only
+            pa.field("tracking_state", pa.string(), nullable=False),
             pa.field("segment_id", pa.int32(), nullable=False),  # a new segment starts after each loss
             pa.field("is_keyframe", pa.bool_(), nullable=False),
             pa.field("num_features", pa.int32()),  # linked KLT tracks in the frame (after hand masking)
@@ -366,7 +367,8 @@ CAMERA_POSES = TableSchema(
             *_WORLD_FROM_CAM,  # final pose; null only when no frame of the episode could be posed
             # keyframe | motion_only | rotation_only | interpolated
             pa.field("pose_quality", pa.string(), nullable=False),
-            pa.field("tracking_state", pa.string(), nullable=False),  # lost | static | tracking | rotation_only
+            # lost | static | tracking | rotation_only
+            pa.field("tracking_state", pa.string(), nullable=False),
             pa.field("segment_id", pa.int32(), nullable=False),
             pa.field("is_keyframe", pa.bool_(), nullable=False),
             pa.field("num_inliers", pa.int32()),  # inliers of the final pose

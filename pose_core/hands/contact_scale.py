@@ -25,12 +25,13 @@ measured (keyframe or motion-only, not held or interpolated):
    `speed_window_s`) at the current scale is at most `max_hand_speed_mps`: a resting or pressing hand,
    not one reaching or carrying.
 
-**Moments.** Consecutive such observations of one hand make a contact moment (split every
-`max_moment_s`); a moment's value is the median of its observations' scales. A hand held still above
-the surface, or a plane of other points (a box, a cup) gives a moment with another value, so the moments
-are reconciled: the scale that puts the most moments' hands within `contact_tol_m` of their surfaces is
-the start; then the median of those in contact, until the set stops changing. Evidence is judged in
-metres, at the hand's size: no threshold depends on the map's units.
+**Moments.** Such observations of one hand at most `max_gap_s` apart make a contact moment of at
+least `min_moment_observations` spanning `min_moment_s` (split every `max_moment_s`); a moment's
+value is the median of its observations' scales. A hand held still above the surface, or a plane of
+other points (a box, a cup) gives a moment with another value, so the moments are reconciled: the
+scale that puts the most moments' hands within `contact_tol_m` of their surfaces is the start; then
+the median of those in contact, until the set stops changing. Evidence is judged in metres, at the
+hand's size: no threshold depends on the map's units.
 
 **Uncertainty.** The moments in contact are the independent measurements (frames within one share
 the fit's and the map's errors): their part of the relative standard error is `1.2533 s_log / sqrt(n)`
@@ -117,12 +118,19 @@ class HandScaleOptions:
     # hands move at 0.3-1 m/s; the fit's depth noise leaves a few cm/s on a still hand).
     max_hand_speed_mps: float = 0.1
     # A moment in contact: its hand's lowest keypoint within this distance of its support plane at
-    # the scale, metres: about the noise of one moment's hand depth at arm's length (1 % of 45 cm on
-    # the synthetic episodes, more on real fits), so a hand hovering 2 cm above the table is not.
-    contact_tol_m: float = 0.015
-    # Fewest observations in one contact moment, and the longest moment (a longer rest is split:
-    # the camera moves and the fit's noise changes over a second), seconds.
+    # the scale, metres: twice the noise of one moment's hand depth at arm's length (~1 cm: 2-3 % of
+    # 40 cm on real fits). A hand held still within this of a surface counts as touching it: the scale
+    # can be low by up to this over the hand's distance (the contact term of the standard error).
+    contact_tol_m: float = 0.02
+    # Usable observations of a hand at most this far apart belong to one moment, seconds (a frame
+    # or two without a plane or over the speed limit does not end a rest).
+    max_gap_s: float = 0.2
+    # A contact moment has at least this many observations spanning at least this long, seconds (a
+    # hand that only pauses, at the turn of a reach, is shorter) ...
     min_moment_observations: int = 3
+    min_moment_s: float = 0.2
+    # ... and a longer rest is split into moments of at most this long, seconds (the camera moves and
+    # the fit's noise changes over a second).
     max_moment_s: float = 1.0
     # Refuse with fewer moments in contact than this.
     min_moments: int = 3
@@ -142,6 +150,7 @@ class HandScaleOptions:
             "max_hand_speed_mps": self.max_hand_speed_mps,
             "contact_tol_m": self.contact_tol_m,
             "max_moment_s": self.max_moment_s,
+            "max_gap_s": self.max_gap_s,
             "max_rel_std": self.max_rel_std,
         }
         problems += [f"{k} must be > 0, got {v}" for k, v in positive.items() if not v > 0]
@@ -363,16 +372,18 @@ def _moments(
 ) -> list[tuple[object, NDArray[np.int64], float, float, float]]:  # fmt: skip
     """Runs of usable observations per hand: (hand, observations, value, hand_m, plane_u) each."""
     out = []
+    dt = float(np.median(np.diff(inp.ts_s))) if len(inp.ts_s) > 1 else 0.0  # a frame's own duration
     for hand in np.unique(inp.hand_id[usable]):
         mine = np.flatnonzero(usable & (inp.hand_id == hand))
         mine = mine[np.argsort(inp.frame_pos[mine], kind="stable")]
-        breaks = np.flatnonzero(np.diff(inp.frame_pos[mine]) != 1) + 1
+        breaks = np.flatnonzero(np.diff(inp.ts_s[inp.frame_pos[mine]]) > opts.max_gap_s) + 1
         for run in np.split(mine, breaks):
             ts = inp.ts_s[inp.frame_pos[run]]
             chunk = np.floor((ts - ts[0]) / opts.max_moment_s).astype(int)
             for k in np.unique(chunk):
                 part = run[chunk == k]
-                if len(part) >= opts.min_moment_observations:
+                span = float(np.ptp(inp.ts_s[inp.frame_pos[part]])) + dt
+                if len(part) >= opts.min_moment_observations and span >= opts.min_moment_s - 1e-9:
                     value = float(np.median((hand_m[part] + opts.contact_offset_m) / plane_u[part]))
                     out.append(
                         (hand, part, value, float(np.median(hand_m[part])), float(np.median(plane_u[part])))

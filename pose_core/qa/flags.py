@@ -67,10 +67,10 @@ class QAThresholds:
     # Speeds below this fraction of the episode's median speed are "at rest": no scale is observable.
     rest_speed_fraction: float = 0.25
     # scale_uncertain: the metric scale's relative standard error (`hands_world.metres_per_unit_std`
-    # over `metres_per_unit`) above this fails. 10 % puts a hand 50 cm from where the camera path
-    # started off by up to ~5 cm per standard error; the hands' scale carries the ~7 % of the
-    # hand-size prior, the IMU and stereo scales are refused above 2.5 % and 10 % spread. Episodes
-    # without a scale, or whose scale has no standard error (a user's value), are not checked.
+    # over `metres_per_unit`) above this fails. At 10 %, once the camera is 50 cm from where its path
+    # started, world-frame hands are off by ~5 cm per standard error; the hands' scale carries the
+    # hand-size prior's 7 %, the IMU and stereo scales are refused above 2.5 % and 10 % spread.
+    # Episodes without a scale, or whose scale has no standard error (a user's value), are not checked.
     max_scale_rel_std: float = 0.1
     # pose_jitter: RMS of the camera path's second difference over the RMS of its first difference
     # (scale free; smooth head motion at 30 Hz gives ~0.1, white noise ~1.7).

@@ -1,4 +1,4 @@
-"""Metric scale from the wearer's hands on a synthetic table episode: true hands and map, noisy as a pipeline's.
+"""Metric scale from the wearer's hands on a synthetic table episode: hands and map noisy as a pipeline's.
 
 The episode's hands grasp on the table top (`pose_core.synth.hands`); the map and camera poses are
 in units of `MPU` metres (`pose_core.synth.observe.simulated_map`); the hand fits are the true
@@ -47,7 +47,8 @@ def _inputs(ep, sim, rng, scale_points=1.0) -> HandScaleInputs:
     depth = 1.0 + rng.normal(0.0, DEPTH_NOISE, len(frame))
     return HandScaleInputs(
         ts_s=ep.ts_s, world_from_cam=sim.world_from_cam, measured=np.ones(ep.num_frames, bool), camera_k=ep.K,
-        points_world=sim.points * scale_points, frame_pos=frame, hand_id=np.array(["wearer_left", "wearer_right"])[hand],
+        points_world=sim.points * scale_points, frame_pos=frame,
+        hand_id=np.array(["wearer_left", "wearer_right"])[hand],
         keypoints_cam=in_cam[frame, hand] * depth[:, None, None], keypoints_px=ep.hands_px[frame, hand],
     )  # fmt: skip
 
@@ -57,7 +58,7 @@ def test_the_hands_give_metres_per_unit_within_5_percent_with_a_covering_error(e
     sim = simulated_map(episode, MPU, rng)
     result = scale_from_hand_contact(_inputs(episode, sim, rng), HandScaleOptions())
     error = result.metres_per_unit / MPU - 1.0
-    logger.info("hand scale %.4f m/unit (truth %.2f, %+.2f %%), rel_std_fit %.4f, %d of %d moments in contact",
+    logger.info("hand scale %.4f m/unit (truth %.2f, %+.2f %%), fit error %.4f, %d of %d moments in contact",
                 result.metres_per_unit, MPU, 100 * error, result.rel_std_fit, result.moments_in_contact,
                 len(result.moments))  # fmt: skip
     assert result.reason is None and abs(error) < 0.05
@@ -128,8 +129,10 @@ def test_a_support_plane_is_found_among_outliers_and_a_line_is_not_a_plane():
 
 def test_inputs_and_options_are_checked(episode):
     with pytest.raises(ShapeError, match="HandScaleInputs"):
-        HandScaleInputs(episode.ts_s, episode.world_from_cam, np.ones(3, bool), episode.K, np.zeros((0, 3)),
-                        np.zeros(0, np.int64), np.zeros(0), np.zeros((0, 21, 3)), np.zeros((0, 21, 2)))  # fmt: skip
+        HandScaleInputs(
+            episode.ts_s, episode.world_from_cam, np.ones(3, bool), episode.K, np.zeros((0, 3)),
+            np.zeros(0, np.int64), np.zeros(0), np.zeros((0, 21, 3)), np.zeros((0, 21, 2)),
+        )  # fmt: skip
     with pytest.raises(ValueError, match="contact_tol_m"):
         HandScaleOptions(contact_tol_m=0.0)
     with pytest.raises(ValueError, match="max_incidence_deg"):
