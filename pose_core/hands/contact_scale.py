@@ -461,15 +461,16 @@ def scale_from_hand_contact(inp: HandScaleInputs, opts: HandScaleOptions) -> Han
     contact = [m for m in moments if m.in_contact]
     spread = float(np.std(np.log([m.metres_per_unit for m in contact]), ddof=1))
     rel_std_moments = _MEDIAN_EFFICIENCY * spread / np.sqrt(n) * float(student_t.ppf(0.975, n - 1)) / 1.96
-    hand_m = float(np.median([m.hand_distance_m for m in contact]))
-    rel_std_fit = float(np.hypot(rel_std_moments, opts.contact_tol_m / (hand_m * np.sqrt(12.0))))
+    hand_distance = float(np.median([m.hand_distance_m for m in contact]))
+    rel_std_fit = float(np.hypot(rel_std_moments, opts.contact_tol_m / (hand_distance * np.sqrt(12.0))))
     rel_std = float(np.hypot(rel_std_fit, opts.hand_size_rel_std))
     if rel_std_fit > opts.max_rel_std:
-        return HandScale(
-            None, rel_std, rel_std_fit, moments, int(with_plane.sum()),
+        reason = (
             f"the {n} contact moments disagree: the fit's relative standard error {rel_std_fit:.3f} "
-            f"is above {opts.max_rel_std}",
-        )  # fmt: skip
+            f"is above {opts.max_rel_std}"
+        )
+        logger.info("hand scale refused: %s", reason)
+        return HandScale(None, rel_std, rel_std_fit, moments, int(with_plane.sum()), reason)
     logger.info(
         "hand scale %.5f m/unit, rel_std %.4f (fit %.4f), %d of %d moments in contact, %d observations "
         "with a plane", scale, rel_std, rel_std_fit, n, len(moments), int(with_plane.sum()),

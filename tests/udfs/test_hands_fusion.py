@@ -32,7 +32,7 @@ def episode():
     return generate_episode(SynthOptions(num_frames=300, seed=0))
 
 
-def _posed_frames(ep, episode_id="ep0"):
+def posed_frames(ep, episode_id="ep0"):
     return pd.DataFrame(
         {
             "episode_id": episode_id,
@@ -53,7 +53,7 @@ def noisy_hands_cam(ep, rng, drop=0.1, flip=0.15, episode_id="ep0"):
 
 def test_fused_world_hands_match_ground_truth(episode):
     hands = noisy_hands_cam(episode, np.random.default_rng(0))
-    out = fuse_hands(_posed_frames(episode), hands, FusionOptions())
+    out = fuse_hands(posed_frames(episode), hands, FusionOptions())
     assert list(out.columns) == HANDS_WORLD.columns
     assert not out.duplicated(["frame_idx", "identity"]).any()
     truth_h = out["identity"].map(TRUTH)
@@ -81,12 +81,12 @@ def test_fused_world_hands_match_ground_truth(episode):
 
 def test_scale_source_and_user_scale_are_recorded(episode):
     hands = noisy_hands_cam(episode, np.random.default_rng(1))
-    frames = _posed_frames(episode).assign(scale_source="stereo")
+    frames = posed_frames(episode).assign(scale_source="stereo")
     assert (fuse_hands(frames, hands, FusionOptions())["scale_source"] == "stereo").all()
-    shrunk = _posed_frames(episode)
+    shrunk = posed_frames(episode)
     shrunk["world_from_cam_t_m"] = [t / 4.0 for t in shrunk["world_from_cam_t_m"]]  # units of 25 cm
     user = fuse_hands(shrunk, hands, FusionOptions(user_metres_per_unit=4.0))
-    metric = fuse_hands(_posed_frames(episode), hands, FusionOptions())
+    metric = fuse_hands(posed_frames(episode), hands, FusionOptions())
     assert (user["scale_source"] == "user").all() and (user["metres_per_unit"] == 4.0).all()
     assert user["metres_per_unit_std"].isna().all()  # a user's value comes without a standard error
     np.testing.assert_allclose(
@@ -109,8 +109,8 @@ def test_imu_makes_map_units_metric(episode, tmp_path):
     """Poses in map units of 25 cm (noisy like tracking) + the IMU sidecar: scale_source imu, metric hands."""
     rng = np.random.default_rng(4)
     hands = noisy_hands_cam(episode, np.random.default_rng(1))
-    metric = fuse_hands(_posed_frames(episode), hands, FusionOptions())
-    shrunk = _posed_frames(episode).assign(imu_path=_imu_csv(episode, tmp_path / "ep0.imu.csv", rng))
+    metric = fuse_hands(posed_frames(episode), hands, FusionOptions())
+    shrunk = posed_frames(episode).assign(imu_path=_imu_csv(episode, tmp_path / "ep0.imu.csv", rng))
     noisy = [t + rng.normal(0.0, 0.002, 3) for t in shrunk["world_from_cam_t_m"]]  # 2 mm tracking noise
     shrunk["world_from_cam_t_m"] = [t / 4.0 for t in noisy]
     out = fuse_hands(shrunk, hands, FusionOptions())
@@ -147,7 +147,7 @@ def test_the_hands_on_the_table_make_a_monocular_map_metric(episode):
     assert scale == pytest.approx(0.25, rel=0.05)
     assert std / scale == pytest.approx(0.07, abs=0.01)  # the hand-size prior's 7 % dominates
     # Camera path and hands in metres: the wrists where the metric poses put them.
-    metric = fuse_hands(_posed_frames(episode), hands, FusionOptions())
+    metric = fuse_hands(posed_frames(episode), hands, FusionOptions())
     kp, kp_metric = (
         np.stack(o["keypoints_world_m"].map(np.asarray)).reshape(-1, 21, 3) for o in (out, metric)
     )
@@ -161,11 +161,11 @@ def test_the_hands_on_the_table_make_a_monocular_map_metric(episode):
 
 def test_no_poses_is_a_clear_episode_failure(episode):
     hands = noisy_hands_cam(episode, np.random.default_rng(2))
-    frames = _posed_frames(episode)
+    frames = posed_frames(episode)
     frames["world_from_cam_q_wxyz"] = None
     out = guarded_fuse_hands(frames, hands, FusionOptions())
     assert out["_row_kind"].tolist() == [ERROR_KIND]
     assert out["_error"].iat[0] == "EgolakeError: no camera poses for this episode's frames"
-    ok = guarded_fuse_hands(_posed_frames(episode), hands.iloc[:0], FusionOptions())
+    ok = guarded_fuse_hands(posed_frames(episode), hands.iloc[:0], FusionOptions())
     assert ok.empty  # an episode without hands has no rows and no error
-    assert (guarded_fuse_hands(_posed_frames(episode), hands, FusionOptions())["_row_kind"] == ROW_KIND).all()
+    assert (guarded_fuse_hands(posed_frames(episode), hands, FusionOptions())["_row_kind"] == ROW_KIND).all()
