@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from bench.report import provenance
+from bench.report import NOTES_MARKER, kept_notes, provenance
 from jobs.logs import init_logging
 from jobs.sample import SampleOptions, write_sample
 from pose_core.camera_poses.evaluation import evaluate_trajectory
@@ -237,7 +237,9 @@ def main() -> None:
     head = "\n".join(f"- {k}: {record[k]}" for k in ("command", "date", "machine"))
     lines = "\n".join(f"- {k}: {v}" for k, v in summary.items())
     title = f"# hand scale: metres per map unit from the hands, {args.poses} poses"
-    text = f"{title}\n\n{head}\n\n## Summary\n\n{lines}\n\n## Seeds\n\n{_table(results)}\n"
+    notes = kept_notes(out / f"{name}.md")
+    seeds = _table(results)
+    text = f"{title}\n\n{head}\n\n## Summary\n\n{lines}\n\n## Seeds\n\n{seeds}\n\n{NOTES_MARKER}\n{notes}"
     (out / f"{name}.md").write_text(text)
     logger.info("hand scale bench: %s", summary)
 
