@@ -75,8 +75,10 @@ def episode_tables(
         features.append(out["features"])
         hands.append(hands_unit(shard))
     frames, features, hands = (pd.concat(x, ignore_index=True) for x in (frames, features, hands))
-    boxes = hands.dropna(subset=["box_px"]).groupby("frame_idx")["box_px"].agg(
-        lambda b: np.concatenate(list(b)).astype(np.float32)
+    boxes = (
+        hands.dropna(subset=["box_px"])
+        .groupby("frame_idx")["box_px"]
+        .agg(lambda b: np.concatenate(list(b)).astype(np.float32))
     )
     view = features.assign(
         calibration_json=calibration_json,
