@@ -31,7 +31,7 @@ import cv2
 import numpy as np
 
 from bench import hand_clips, hand_gt
-from bench.report import SHARED_DATA, provenance
+from bench.report import NOTES_MARKER, SHARED_DATA, kept_notes, provenance
 from conf.models import model_path
 from pose_core.geometry.camera import Camera
 from pose_core.hands import FitOptions, MediaPipeHandEstimator, MediaPipeOptions
@@ -41,7 +41,6 @@ from udfs.media.decode import DecodeOptions, decode_frames
 
 VIDEO = SHARED_DATA / "hands_dexretargeting" / "human_hand_video.mp4"
 EGO = SHARED_DATA / "ego_clips" / "egoloc_desk_pour.mp4"
-NOTES_MARKER = "<!-- notes below are hand-written; the bench keeps them -->"
 
 #: MediaPipe's own pipeline: whole-frame palm detection only, one presence threshold, one landmark pass.
 BEFORE_ESTIMATOR = MediaPipeOptions(
@@ -152,8 +151,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     previous = out / "hands.md"
-    text = previous.read_text() if previous.exists() else ""
-    notes = text.split(NOTES_MARKER, 1)[1].lstrip("\n") if NOTES_MARKER in text else ""
+    notes = kept_notes(previous)
     (out / "hands.json").write_text(json.dumps({**meta, **result}, indent=1))
     previous.write_text(_markdown(meta, result, notes))
 

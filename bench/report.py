@@ -10,6 +10,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+#: Below this line a result's Markdown holds hand-written notes, which rerunning the bench keeps.
+NOTES_MARKER = "<!-- notes below are hand-written; the bench keeps them -->"
+
 #: The real test data (../shared/data beside the repository; `EGOLAKE_SHARED_DATA` overrides).
 SHARED_DATA = Path(
     os.environ.get("EGOLAKE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")
@@ -25,6 +28,12 @@ def provenance(module: str, accelerator: str = "") -> dict[str, str]:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{machine}, {accelerator}" if accelerator else machine,
     }
+
+
+def kept_notes(path: Path) -> str:
+    """The hand-written notes of a previous result (after `NOTES_MARKER`), or an empty string."""
+    text = path.read_text() if path.exists() else ""
+    return text.split(NOTES_MARKER, 1)[1].lstrip("\n") if NOTES_MARKER in text else ""
 
 
 def write_key_values(out: str | Path, name: str, title: str, result: dict[str, Any]) -> None:

@@ -122,11 +122,11 @@ def _summaries(ctx: StageContext, episodes: list[str], opts: ExportOptions) -> p
         .agg(F.min("ts_s").alias("ts_first"), F.max("ts_s").alias("ts_last"), F.count("*").alias("frames"))
     )
     hands = _wearer_hands(read(spark, layout, HANDS_WORLD).where(scope), opts)
-    extra = (
-        [F.first("metres_per_unit", ignorenulls=True).alias("metres_per_unit")]
-        if ("metres_per_unit" in hands.columns)
-        else []
-    )
+    extra = [
+        F.first(c, ignorenulls=True).alias(c)
+        for c in ("metres_per_unit", "metres_per_unit_std")
+        if c in hands.columns
+    ]
     hand_rows = hands.groupBy("episode_id").agg(
         F.countDistinct("frame_idx").alias("hand_frames"),
         F.first("scale_source").alias("scale_source"),
@@ -159,6 +159,8 @@ def _summaries(ctx: StageContext, episodes: list[str], opts: ExportOptions) -> p
     if "metres_per_unit" not in out:
         out["metres_per_unit"] = 1.0
     out["metres_per_unit"] = out["metres_per_unit"].fillna(1.0)
+    if "metres_per_unit_std" not in out:
+        out["metres_per_unit_std"] = None
     out["hand_frames"] = out["hand_frames"].fillna(0).astype(int)
     return out.sort_values("episode_id").reset_index(drop=True)
 
@@ -307,6 +309,9 @@ def _manifest(  # noqa: PLR0913 - the parts a manifest records
                 "task": r.task,
                 "scale_source": r.scale_source,
                 "metres_per_unit": float(r.metres_per_unit),
+                "metres_per_unit_std": (
+                    None if pd.isna(r.metres_per_unit_std) else float(r.metres_per_unit_std)
+                ),
                 "source_path": r.source_path,
                 "hands_config_hash": r.hands_config_hash,
                 "worker": r.worker,

@@ -3,11 +3,12 @@
 Inputs are light columns only: `frames` (times) joined with `camera_poses` (world_from_cam per
 frame) and `videos.imu_path` / `imu_source` (the IMU sidecar or the video's GPMF track, read on the
 executor by `udfs.media.imu.read_episode_imu`: metric scale and gravity), and
-`hands_cam` (keypoints, fits). An episode with a stereo partner also gets its `keyframe_poses` and
-`ba_points` rows stacked under its posed frames (`_table`), with the `videos` paths and calibration
-on the keyframe rows: the executor decodes both streams at a few keyframes for the stereo scale.
-Design decision: this is one cogroup, not a stage or table of its own; the stereo scale is a
-per-episode number that only fusion uses, and the keyframes' poses and points are all it needs.
+`hands_cam` (keypoints, fits). The episode's map, its `keyframe_poses` and `ba_points` rows, is
+stacked under its posed frames (`_table`), with the `videos` paths and calibration on the keyframe
+rows: the executor decodes a stereo partner's streams at a few keyframes for the stereo scale, and
+the hands' scale looks for the surfaces the wearer's hands rest on among the points.
+Design decision: this is one cogroup, not a stage or table of its own; a scale is a per-episode
+number that only fusion uses, and the keyframes' poses and points are all it needs.
 An episode without camera poses fails with the error "no camera poses" and gets no rows.
 """
 
@@ -23,7 +24,7 @@ from jobs.stage import EpisodeOutcome, Stage, StageContext, now, write_guarded
 from jobs.tables import Layout, Lineage, exists, read
 from schemas.base import spark_schema
 from schemas.tables import BA_POINTS, CAMERA_POSES, FRAMES, HANDS_CAM, HANDS_WORLD, KEYFRAME_POSES, VIDEOS
-from udfs.fusion import KEYFRAME_STEREO_COLUMNS, POSED_FRAME_COLUMNS, guarded_fuse_hands
+from udfs.fusion import KEYFRAME_MAP_COLUMNS, POSED_FRAME_COLUMNS, guarded_fuse_hands
 from udfs.guard import guarded_schema
 from udfs.multi_output import TABLE_COLUMN
 
@@ -45,24 +46,24 @@ def _camera_poses(spark: SparkSession, layout: Layout, episodes: list[str]) -> D
     return poses.select(*columns, *optional)
 
 
-def _stereo_rows(ctx: StageContext, episodes: list[str], videos: DataFrame) -> DataFrame | None:
-    """The stereo scale's input: `keyframe_poses` + `ba_points` rows, `_table` naming the table.
+def _map_rows(ctx: StageContext, episodes: list[str], videos: DataFrame) -> DataFrame | None:
+    """The episodes' maps: `keyframe_poses` + `ba_points` rows, `_table` naming the table.
 
-    Only for the `episodes` whose `videos` row has a stereo partner; None when the stereo scale is
-    off or ba wrote no tables.
+    Every episode's map when the hands' scale is on, else only those with a stereo partner (for the
+    stereo scale); None when neither scale is on or ba wrote no tables.
     """
-    if not ctx.cfg.fusion.stereo_scale.enabled or not all(
+    fusion = ctx.cfg.fusion
+    if not (fusion.stereo_scale.enabled or fusion.hand_scale.enabled) or not all(
         exists(ctx.layout, t) for t in (KEYFRAME_POSES, BA_POINTS)
     ):
         return None
-    stereo = videos.where(F.col("stereo_partner_path").isNotNull()).select(
-        "episode_id", "source_path", "stereo_partner_path", "calibration_json"
-    )
+    wanted = videos if fusion.hand_scale.enabled else videos.where(F.col("stereo_partner_path").isNotNull())
+    stereo = wanted.select("episode_id", "source_path", "stereo_partner_path", "calibration_json")
     in_scope = F.col("episode_id").isin(episodes)
     keyframes = read(ctx.spark, ctx.layout, KEYFRAME_POSES).where(in_scope).join(stereo, "episode_id")
     points = read(ctx.spark, ctx.layout, BA_POINTS).where(in_scope).join(stereo, "episode_id", "left_semi")
     return (
-        keyframes.select(*KEYFRAME_STEREO_COLUMNS)
+        keyframes.select(*KEYFRAME_MAP_COLUMNS)
         .withColumn(TABLE_COLUMN, F.lit(KEYFRAME_POSES.name))
         .unionByName(
             points.select("episode_id", "point_idx", "x_in_world_m").withColumn(
@@ -88,9 +89,9 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
     posed = frames.join(poses, ["episode_id", "frame_idx"], "inner").join(imu, "episode_id", "left")
     optional = [c for c in ("scale_source", "pose_quality", "imu_path", "imu_source") if c in posed.columns]
     posed = posed.select(*POSED_FRAME_COLUMNS, *optional)
-    stereo = _stereo_rows(ctx, episodes, videos)
-    if stereo is not None:
-        posed = posed.unionByName(stereo, allowMissingColumns=True)
+    maps = _map_rows(ctx, episodes, videos)
+    if maps is not None:
+        posed = posed.unionByName(maps, allowMissingColumns=True)
     hands = read(ctx.spark, ctx.layout, HANDS_CAM).where(in_scope & F.col("episode_id").isin(list(posed_ids)))
     result = (
         posed.groupBy("episode_id")
@@ -107,7 +108,7 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
 
 STAGE = Stage(
     name="fusion",
-    version="3",
+    version="4",
     upstream="completion",
     config_sections=("fusion",),
     outputs=(HANDS_WORLD,),

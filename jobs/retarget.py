@@ -23,6 +23,7 @@ from udfs.retarget import (
     FRAME_COLUMNS,
     GRAVITY_COLUMN,
     HAND_COLUMNS,
+    SCALE_COLUMNS,
     guarded_retarget,
     load_embodiments,
     profiles_digest,
@@ -46,7 +47,8 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
     frames = read(ctx.spark, ctx.layout, FRAMES).where(in_scope).select(*FRAME_COLUMNS)
     retargeted = F.col("identity").isin(list(opts.identities))
     hands = read(ctx.spark, ctx.layout, HANDS_WORLD).where(in_scope & retargeted)
-    hands = hands.select(*HAND_COLUMNS, *([GRAVITY_COLUMN] if GRAVITY_COLUMN in hands.columns else []))
+    optional = [c for c in (GRAVITY_COLUMN, *SCALE_COLUMNS) if c in hands.columns]
+    hands = hands.select(*HAND_COLUMNS, *optional)
     result = (
         frames.groupBy("episode_id")
         .cogroup(hands.groupBy("episode_id"))
@@ -58,7 +60,7 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
 
 STAGE = Stage(
     name="retarget",
-    version="2",
+    version="3",
     upstream="fusion",
     config_sections=("embodiments", "retarget"),
     outputs=(ROBOT_ACTIONS,),

@@ -174,7 +174,7 @@ HANDS_CAM = TableSchema(
 
 HANDS_WORLD = TableSchema(
     name="hands_world",
-    version="1",
+    version="2",
     key=("episode_id", "frame_idx", "identity"),
     partition_key="episode_id",
     arrow=pa.schema(
@@ -188,8 +188,9 @@ HANDS_WORLD = TableSchema(
             pa.field("score", pa.float32()),  # detector score; null when filled
             pa.field("handedness", pa.string()),  # detector's guess in this frame; null when filled
             pa.field("identity_switch", pa.bool_()),  # another track held it at its last sighting
-            pa.field("scale_source", pa.string()),  # stereo | imu | hand_contact | user | none
+            pa.field("scale_source", pa.string()),  # stereo | imu | hands | user | none
             pa.field("metres_per_unit", pa.float64()),  # metres per camera_poses unit; null when source none
+            pa.field("metres_per_unit_std", pa.float64()),  # its standard error; null: unknown (user) or none
             pa.field("gravity_dir_world", _F64_LIST),  # unit gravity (down) in world, 3 floats; null: no IMU
             pa.field("reprojection_error_px", pa.float32()),  # RMS error of the metric fit; null when filled
             pa.field("supporting_keypoints", pa.int32()),  # keypoints that supported the fit; 0 when filled
@@ -256,7 +257,8 @@ TRACKS = TableSchema(
         [
             pa.field("episode_id", pa.string(), nullable=False),
             pa.field("frame_idx", pa.int64(), nullable=False),
-            pa.field("tracking_state", pa.string(), nullable=False),  # lost | static | tracking | rotation_only
+            # lost | static | tracking | rotation_only
+            pa.field("tracking_state", pa.string(), nullable=False),
             pa.field("segment_id", pa.int32(), nullable=False),  # a new segment starts after each loss
             pa.field("is_keyframe", pa.bool_(), nullable=False),
             pa.field("num_features", pa.int32()),  # linked KLT tracks in the frame (after hand masking)
@@ -368,7 +370,8 @@ CAMERA_POSES = TableSchema(
             *_WORLD_FROM_CAM,  # final pose; null only when no frame of the episode could be posed
             # keyframe | motion_only | rotation_only | interpolated
             pa.field("pose_quality", pa.string(), nullable=False),
-            pa.field("tracking_state", pa.string(), nullable=False),  # lost | static | tracking | rotation_only
+            # lost | static | tracking | rotation_only
+            pa.field("tracking_state", pa.string(), nullable=False),
             pa.field("segment_id", pa.int32(), nullable=False),
             pa.field("is_keyframe", pa.bool_(), nullable=False),
             pa.field("num_inliers", pa.int32()),  # inliers of the final pose
@@ -403,7 +406,7 @@ ACTIONS = TableSchema(
 
 ROBOT_ACTIONS = TableSchema(
     name="robot_actions",
-    version="2",
+    version="3",
     key=("episode_id", "embodiment", "identity", "step_idx"),
     partition_key="episode_id",
     arrow=pa.schema(
@@ -416,6 +419,8 @@ ROBOT_ACTIONS = TableSchema(
             pa.field("frame_idx", pa.int64(), nullable=False),  # source frame nearest in time (sample, hold)
             pa.field("ts_s", pa.float64()),  # the step's time, seconds (the video's clock)
             pa.field("refused", pa.string()),  # why the robot was not retargeted (every step); null: it was
+            pa.field("scale_source", pa.string()),  # the hands' metric scale: hands_world.scale_source
+            pa.field("scale_rel_std", pa.float32()),  # its relative standard error; null: unknown or none
             pa.field("joint_names", pa.list_(pa.string())),  # order of `joint_positions`
             pa.field("joint_positions", _F64_LIST),  # rad or m, (J,); null where the hand is missing
             pa.field("gripper", pa.float64()),  # gripper command (profile units); null: no hand, or a hand

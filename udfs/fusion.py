@@ -1,13 +1,16 @@
 """Per-episode hand fusion: `hands_cam` rows and posed frames in, `hands_world` rows out.
 
 Called by the `fusion` stage through `groupBy(episode_id).cogroup(...).applyInPandas` with two
-light frames per episode (no pixels): the posed frames (`frames` joined with `camera_poses`, plus,
-for a stereo episode, its `keyframe_poses` and `ba_points` rows stacked under `_table`) and the
-episode's `hands_cam` rows. Callable on pandas frames without Spark.
+light frames per episode (no pixels): the posed frames (`frames` joined with `camera_poses`, plus the
+episode's map, its `keyframe_poses` and `ba_points` rows, stacked under `_table`) and the episode's
+`hands_cam` rows. Callable on pandas frames without Spark.
 
-Metric scale candidates: the stereo pair (the executor decodes both streams at a few keyframes and
-compares the stereo depth of the keyframes' map points with their map depth) and the episode's IMU
-(its `.imu.csv` sidecar or its video's GoPro GPMF track: `udfs.media.imu.read_episode_imu`).
+Metric scale candidates, most trusted first: the stereo pair (the executor decodes both streams at a
+few keyframes and compares the stereo depth of the keyframes' map points with their map depth), the
+episode's IMU (its `.imu.csv` sidecar or its video's GoPro GPMF track:
+`udfs.media.imu.read_episode_imu`) and the wearer's hands resting on the map's surfaces
+(`pose_core.hands.contact_scale`: map points seen in enough keyframes). Each comes with its
+relative standard error, written as `metres_per_unit_std`.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from pose_core.camera_poses.stereo import (
 )
 from pose_core.errors import EgolakeError, InputError
 from pose_core.geometry.rigid3 import matrix_from_quat_wxyz
-from pose_core.hands import EpisodeFrames, EpisodeObservations, FusionOptions, fuse_episode
-from pose_core.hands.fusion import SCALE_SOURCES, ScaleSource
+from pose_core.hands import EpisodeFrames, EpisodeObservations, FusedHands, FusionOptions, fuse_episode
+from pose_core.hands.contact_scale import HandScale
+from pose_core.hands.fusion import SCALE_SOURCES, ScaleCandidate, ScaleSource
 from schemas.tables import BA_POINTS, HANDS_WORLD, KEYFRAME_POSES
 from udfs.camera_tables import world_from_cam_from_columns
 from udfs.guard import run_unit
@@ -41,13 +45,15 @@ from udfs.media.imu import read_episode_imu
 from udfs.multi_output import TABLE_COLUMN
 
 __all__ = [
-    "KEYFRAME_STEREO_COLUMNS",
+    "KEYFRAME_MAP_COLUMNS",
+    "MAP_TABLES",
     "MEASURED_QUALITIES",
     "POSED_FRAME_COLUMNS",
-    "STEREO_TABLES",
     "episode_imu_scale",
     "fuse_hands",
+    "fuse_hands_detailed",
     "guarded_fuse_hands",
+    "map_points",
 ]
 
 logger = logging.getLogger(__name__)
@@ -61,13 +67,13 @@ POSED_FRAME_COLUMNS: tuple[str, ...] = (
     "episode_id", "frame_idx", "ts_s", "world_from_cam_q_wxyz", "world_from_cam_t_m",
 )  # fmt: skip
 
-#: Tables whose rows may be stacked (`_table`) under the posed frames of a stereo episode: its
-#: `keyframe_poses` (with `KEYFRAME_STEREO_COLUMNS`) and `ba_points` (`point_idx`, `x_in_world_m`).
-STEREO_TABLES: tuple[str, ...] = (KEYFRAME_POSES.name, BA_POINTS.name)
+#: Tables whose rows may be stacked (`_table`) under the posed frames: the episode's map, its
+#: `keyframe_poses` (with `KEYFRAME_MAP_COLUMNS`) and `ba_points` (`point_idx`, `x_in_world_m`).
+MAP_TABLES: tuple[str, ...] = (KEYFRAME_POSES.name, BA_POINTS.name)
 
 #: Columns of the stacked `keyframe_poses` rows: the keyframe's pose and observations, and the
-#: episode's `videos` columns that locate and calibrate the stereo pair.
-KEYFRAME_STEREO_COLUMNS: tuple[str, ...] = (
+#: episode's `videos` columns that locate and calibrate a stereo pair (null without a partner).
+KEYFRAME_MAP_COLUMNS: tuple[str, ...] = (
     "episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_m", "obs_point_idx", "obs_xy",
     "source_path", "stereo_partner_path", "calibration_json",
 )  # fmt: skip
@@ -87,7 +93,11 @@ def _stack(column: pd.Series, width: int) -> np.ndarray:
 
 
 def _episode_frames(frames: pd.DataFrame, hands: pd.DataFrame) -> EpisodeFrames:
-    """Posed frames (rows with a pose) in frame order, with the intrinsics of the hand fits."""
+    """Posed frames (rows with a pose) in frame order, with the intrinsics of the hand fits.
+
+    A frame's centre counts as measured when its `pose_quality` is one of `MEASURED_QUALITIES` (every
+    frame's without the column).
+    """
     posed = frames[frames["world_from_cam_q_wxyz"].notna() & frames["world_from_cam_t_m"].notna()]
     posed = posed.sort_values("frame_idx")
     if posed.empty:
@@ -96,12 +106,14 @@ def _episode_frames(frames: pd.DataFrame, hands: pd.DataFrame) -> EpisodeFrames:
     world_from_cam[:, :3, :3] = matrix_from_quat_wxyz(_stack(posed["world_from_cam_q_wxyz"], 4))
     world_from_cam[:, :3, 3] = _stack(posed["world_from_cam_t_m"], 3)
     fx, fy, cx, cy = np.asarray(hands["intrinsics_px"].iat[0], np.float64)
+    measured = posed["pose_quality"].isin(MEASURED_QUALITIES).to_numpy() if "pose_quality" in posed else None
     return EpisodeFrames(
         frame_idx=posed["frame_idx"].to_numpy(np.int64),
         ts_s=posed["ts_s"].to_numpy(np.float64),
         world_from_cam=world_from_cam,
         camera_k=np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]]),
         image_size=(int(hands["image_width"].iat[0]), int(hands["image_height"].iat[0])),
+        measured=measured,
     )
 
 
@@ -187,9 +199,10 @@ def _stereo_scale(rows: pd.DataFrame, opts: FusionOptions) -> StereoScale | None
         InputError: a stream cannot be decoded, or the right frames differ in size (naming the file).
     """
     so = opts.stereo_scale
-    if rows.empty or not so.enabled:
+    if rows.empty or not so.enabled or "stereo_partner_path" not in rows:
         return None
     keyframes = rows[(rows[TABLE_COLUMN] == KEYFRAME_POSES.name) & rows["world_from_cam_t_m"].notna()]
+    keyframes = keyframes[keyframes["stereo_partner_path"].notna()]
     if keyframes.empty:
         return None
     first = keyframes.iloc[0]
@@ -221,32 +234,67 @@ def _stereo_scale(rows: pd.DataFrame, opts: FusionOptions) -> StereoScale | None
     return stereo_scale(matcher, views, so)
 
 
+def map_points(rows: pd.DataFrame, min_observations: int) -> np.ndarray | None:
+    """The map's points seen in at least `min_observations` keyframes, world frame, map units, `(P, 3)`.
+
+    Args:
+        rows: the stacked map rows (`MAP_TABLES` in `_table`): `ba_points` (`point_idx`,
+            `x_in_world_m`) and `keyframe_poses` (`obs_point_idx`).
+        min_observations: fewest keyframes that must have seen a point.
+
+    Returns:
+        The points; None when the episode has no `ba_points` rows.
+    """
+    points = rows[rows[TABLE_COLUMN] == BA_POINTS.name] if TABLE_COLUMN in rows else rows.iloc[:0]
+    if points.empty:
+        return None
+    keyframes = rows[rows[TABLE_COLUMN] == KEYFRAME_POSES.name]
+    seen = [np.asarray(v, np.int64) for v in keyframes["obs_point_idx"].dropna()] if len(keyframes) else []
+    ids, counts = np.unique(np.concatenate(seen), return_counts=True) if seen else (np.zeros(0), np.zeros(0))
+    count = pd.Series(counts, index=ids).reindex(points["point_idx"].to_numpy(np.int64)).fillna(0)
+    kept = points[(count >= min_observations).to_numpy()]
+    return _stack(kept["x_in_world_m"], 3)
+
+
 def _scale_candidates(
     frames: pd.DataFrame, imu: ImuScale | None, stereo: StereoScale | None
-) -> dict[ScaleSource, float | None]:
-    """Scale candidates: poses already metric (`scale_source` column), the stereo pair's, the IMU's."""
+) -> dict[ScaleSource, ScaleCandidate]:
+    """Scale candidates with their relative standard errors: poses already metric, the stereo pair, the IMU.
+
+    Poses already metric (a `scale_source` column) have no standard error (unknown).
+    """
     sources = frames["scale_source"].dropna().unique() if "scale_source" in frames else []
-    candidates: dict[ScaleSource, float | None] = {s: 1.0 for s in sources if s in SCALE_SOURCES}
+    candidates: dict[ScaleSource, ScaleCandidate] = {
+        s: ScaleCandidate(1.0) for s in sources if s in SCALE_SOURCES
+    }
     if stereo is not None:
-        candidates.setdefault("stereo", stereo.metres_per_unit)
+        candidates.setdefault("stereo", ScaleCandidate(stereo.metres_per_unit, stereo.rel_std))
     if imu is not None:
-        candidates.setdefault("imu", imu.metres_per_unit)
+        candidates.setdefault("imu", ScaleCandidate(imu.metres_per_unit, imu.rel_std))
     return candidates
 
 
 def fuse_hands(frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions) -> pd.DataFrame:
-    """`hands_world` rows of one episode.
+    """`hands_world` rows of one episode (`fuse_hands_detailed` without the details)."""
+    return fuse_hands_detailed(frames, hands, opts)[0]
+
+
+def fuse_hands_detailed(
+    frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions
+) -> tuple[pd.DataFrame, FusedHands | None]:
+    """`hands_world` rows of one episode, and the fusion's arrays (scales and moments included).
 
     Args:
         frames: the episode's frames with their camera poses (`POSED_FRAME_COLUMNS`, optional
             `scale_source`, `imu_path`, `imu_source`, `pose_quality`); rows without a pose are
-            ignored. A stereo episode's `keyframe_poses` and `ba_points` rows may be stacked under
-            them (`STEREO_TABLES` in `_table`; the posed frames' `_table` is null).
+            ignored. The episode's `keyframe_poses` and `ba_points` rows may be stacked under them
+            (`MAP_TABLES` in `_table`; the posed frames' `_table` is null): the stereo scale (with a
+            partner) and the hands' scale use them.
         hands: the episode's `hands_cam` rows.
         opts: fusion settings.
 
     Returns:
-        One row per (frame, identity), observed or filled.
+        (One row per (frame, identity), observed or filled; the fused hands, None without hands).
 
     Raises:
         EgolakeError: no frame of the episode has a camera pose.
@@ -254,15 +302,15 @@ def fuse_hands(frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions) -
         MetadataError: the episode's GPMF track gives no usable IMU.
     """
     if hands.empty:
-        return pd.DataFrame(columns=HANDS_WORLD.columns)
+        return pd.DataFrame(columns=HANDS_WORLD.columns), None
     episode_id = hands["episode_id"].iat[0]
     hands = hands.reset_index(drop=True)
     stacked = (
-        frames[TABLE_COLUMN].isin(STEREO_TABLES) if TABLE_COLUMN in frames else pd.Series(False, frames.index)
+        frames[TABLE_COLUMN].isin(MAP_TABLES) if TABLE_COLUMN in frames else pd.Series(False, frames.index)
     )
-    frames, stereo_rows = frames[~stacked], frames[stacked]
+    frames, map_rows = frames[~stacked], frames[stacked]
     posed = _episode_frames(frames, hands)
-    stereo = _stereo_scale(stereo_rows, opts)
+    stereo = _stereo_scale(map_rows, opts)
     if stereo is not None:
         logger.info(
             "stereo scale episode=%s metres_per_unit=%s rel_spread=%.4f rel_std=%.4f points=%d keyframes=%d "
@@ -276,7 +324,9 @@ def fuse_hands(frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions) -
             "IMU scale episode=%s metres_per_unit=%s offset_s=%.4f excitation=%.3f rel_std=%.4f reason=%s",
             episode_id, imu.metres_per_unit, imu.time_offset_s, imu.excitation_m_s2, imu.rel_std, imu.reason,
         )  # fmt: skip
-    fused = fuse_episode(posed, _observations(hands), opts, _scale_candidates(frames, imu, stereo))
+    points = map_points(map_rows, opts.hand_scale.min_point_observations)
+    fused = fuse_episode(posed, _observations(hands), opts, _scale_candidates(frames, imu, stereo), points)
+    _log_hand_scale(episode_id, fused.hand_scale)
     metric = fused.scale.scale_source != "none"
     gravity = None if imu is None or imu.gravity_world is None else imu.gravity_world.tolist()
     ts = dict(zip(posed.frame_idx.tolist(), posed.ts_s.tolist(), strict=True))
@@ -295,6 +345,7 @@ def fuse_hands(frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions) -
             "identity_switch": fused.identity_switch,
             "scale_source": fused.scale.scale_source,
             "metres_per_unit": fused.scale.metres_per_unit if metric else None,
+            "metres_per_unit_std": fused.scale.metres_per_unit_std if metric else None,
             "gravity_dir_world": [gravity] * len(fused.frame_idx),
             "reprojection_error_px": src["fit_residual_px"].mask(filled),
             "supporting_keypoints": src["fit_keypoints"].where(~filled, 0),
@@ -307,7 +358,17 @@ def fuse_hands(frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions) -
         "fused episode=%s rows=%d filled=%d identities=%s scale_source=%s", episode_id, len(out),
         int(fused.filled.sum()), sorted(set(out["identity"])), fused.scale.scale_source,
     )  # fmt: skip
-    return out
+    return out, fused
+
+
+def _log_hand_scale(episode_id: str, scale: HandScale | None) -> None:
+    if scale is not None:
+        logger.info(
+            "hand scale episode=%s metres_per_unit=%s rel_std=%.4f rel_std_fit=%.4f moments=%d in_contact=%d "
+            "observations_with_plane=%d reason=%s", episode_id, scale.metres_per_unit, scale.rel_std,
+            scale.rel_std_fit, len(scale.moments), scale.moments_in_contact, scale.observations_with_plane,
+            scale.reason,
+        )  # fmt: skip
 
 
 def guarded_fuse_hands(frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions) -> pd.DataFrame:

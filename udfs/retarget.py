@@ -15,9 +15,11 @@ Steps with a hand whose target the robot cannot reach keep the solver's bounded,
 a null gripper and null tool poses; their `ee_error_m` is the mean keypoint-vector error.
 
 Scale: an arm follows wrist positions, which are metres only when the episode's `scale_source` is not
-`none`. Without a metric scale every arm's rows are written with null joints, `reachable = false` and
-the reason in `refused` (the export leaves the episode out of that robot's dataset, naming it); a
-dexterous hand needs only wrist-relative keypoints, metric from the hand-size prior, and is retargeted.
+`none`; every row records that source and the scale's relative standard error (`scale_rel_std`, from
+`hands_world.metres_per_unit_std` when the rows have it). Without a metric scale every arm's rows are
+written with null joints, `reachable = false` and the reason in `refused` (the export leaves the
+episode out of that robot's dataset, naming it); a dexterous hand needs only wrist-relative keypoints,
+metric from the hand-size prior, and is retargeted.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ __all__ = [
     "FRAME_COLUMNS",
     "GRAVITY_COLUMN",
     "HAND_COLUMNS",
+    "SCALE_COLUMNS",
     "RetargetStageOptions",
     "USER_SCALE_HINT",
     "guarded_retarget",
@@ -75,6 +78,8 @@ BASE_PLACEMENTS = ("profile", "wrist_median")
 FRAME_COLUMNS: tuple[str, ...] = ("episode_id", "frame_idx", "ts_s")
 HAND_COLUMNS: tuple[str, ...] = ("episode_id", "frame_idx", "identity", "keypoints_world_m", "scale_source")
 GRAVITY_COLUMN = "gravity_dir_world"
+#: Optional hands_world columns: the metric scale and its standard error, recorded on every row.
+SCALE_COLUMNS: tuple[str, ...] = ("metres_per_unit", "metres_per_unit_std")
 #: How a user gives a metric scale when the episode has none (conf/embodiments/README.md).
 USER_SCALE_HINT = "--set fusion.user_metres_per_unit=<metres per map unit>"
 
@@ -178,6 +183,14 @@ def _scale_refusal(hands: pd.DataFrame) -> str | None:
             f"metres; give the scale with {USER_SCALE_HINT}")
 
 
+def _scale_rel_std(hands: pd.DataFrame) -> float:
+    """The episode's metric scale's relative standard error; NaN when unknown (or no scale)."""
+    if not all(c in hands for c in SCALE_COLUMNS):
+        return float("nan")
+    scale, std = (hands[c].dropna() for c in SCALE_COLUMNS)
+    return float(std.iat[0] / scale.iat[0]) if len(scale) and len(std) else float("nan")
+
+
 def _refused_columns(emb: Embodiment, steps: int, reason: str) -> dict[str, object]:
     return {
         "refused": reason,
@@ -263,6 +276,9 @@ def retarget_episode(frames: pd.DataFrame, hands: pd.DataFrame, embodiments: Seq
     position = pd.Series(np.arange(len(frame_idx)), index=frame_idx)
     gravity = _gravity(hands, opts)
     refusal = _scale_refusal(hands)
+    sources = hands["scale_source"].dropna()
+    scale = {"scale_source": str(sources.iat[0]) if len(sources) else "none",
+             "scale_rel_std": _scale_rel_std(hands)}
     parts = []
     for identity, rows in hands.groupby("identity", sort=True):
         at = position.reindex(rows["frame_idx"].to_numpy(np.int64))
@@ -288,7 +304,7 @@ def retarget_episode(frames: pd.DataFrame, hands: pd.DataFrame, embodiments: Seq
                 columns = _hand_columns(emb, kp[src], has[src], step_ts, is_right, opts)
             out = pd.DataFrame({"episode_id": episode_id, "embodiment": emb.name, "identity": identity,
                                 "step_idx": np.arange(len(src)), "control_fps": emb.control_fps,
-                                "frame_idx": frame_idx[src], "ts_s": step_ts, **columns})
+                                "frame_idx": frame_idx[src], "ts_s": step_ts, **scale, **columns})
             if refused is not None:
                 logger.warning("retarget refused episode=%s embodiment=%s identity=%s: %s", episode_id,
                                emb.name, identity, refused)

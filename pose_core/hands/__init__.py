@@ -3,10 +3,12 @@
 Stages: an estimator (`HandEstimator`; default `MediaPipeHandEstimator`) finds 2-D keypoints per
 frame; `fit_hand` places them in metres in the camera frame with a hand-size prior; `hand_box` /
 `hand_mask` feed camera tracking; per episode, `hands_to_world` fuses with `world_from_cam`,
-`assign_identities` names the wearer's hands, `hold_hand_size` gives each hand one size, and
+`assign_identities` names the wearer's hands, `hold_hand_size` gives each hand one size,
+`scale_from_hand_contact` finds the map's metric scale where the hands rest on its surfaces, and
 `fill_gaps` fills short, safe misses; `fuse_episode` runs those per-episode steps in order.
 """
 
+from pose_core.hands.contact_scale import HandScale, HandScaleOptions, scale_from_hand_contact
 from pose_core.hands.episode_fusion import (
     EpisodeFrames,
     EpisodeObservations,
@@ -16,11 +18,11 @@ from pose_core.hands.episode_fusion import (
 )
 from pose_core.hands.estimator import KEYPOINT_NAMES, HandEstimator, HandObservation
 from pose_core.hands.fusion import (
+    ScaleCandidate,
     ScaleChoice,
     choose_scale,
     hands_to_world,
     hold_hand_size,
-    scale_from_hand_depth,
     smooth_track,
 )
 from pose_core.hands.gaps import GapFillResult, GapOptions, fill_gaps
@@ -48,9 +50,12 @@ __all__ = [
     "HandEstimator",
     "HandFit",
     "HandObservation",
+    "HandScale",
+    "HandScaleOptions",
     "HandSizePrior",
     "MediaPipeHandEstimator",
     "MediaPipeOptions",
+    "ScaleCandidate",
     "ScaleChoice",
     "WearerAssignment",
     "WearerOptions",
@@ -65,6 +70,6 @@ __all__ = [
     "hand_mask",
     "hands_to_world",
     "hold_hand_size",
-    "scale_from_hand_depth",
+    "scale_from_hand_contact",
     "smooth_track",
 ]

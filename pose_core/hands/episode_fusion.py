@@ -10,6 +10,7 @@ safe misses between trusted observations and flags them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +18,15 @@ import numpy as np
 from pose_core.camera_poses.scale import ImuScaleOptions
 from pose_core.camera_poses.stereo import StereoScaleOptions
 from pose_core.errors import ShapeError
+from pose_core.hands.contact_scale import (
+    HandScale,
+    HandScaleInputs,
+    HandScaleOptions,
+    scale_from_hand_contact,
+)
 from pose_core.hands.fusion import (
+    SCALE_SOURCES,
+    ScaleCandidate,
     ScaleChoice,
     ScaleSource,
     choose_scale,
@@ -51,13 +60,17 @@ class FusionOptions:
     min_trusted_score: float = 0.8
     # ...and at most this RMS reprojection error of its metric fit, pixels.
     max_trusted_residual_px: float = 10.0
-    # Metres per world unit of the camera poses given by the user; null when not known.
+    # Metres per world unit of the camera poses given by the user; null when not known. Its standard
+    # error is recorded as null (unknown).
     user_metres_per_unit: float | None = None
     # Metric scale (and gravity direction) from the episode's IMU sidecar, when it has one.
     imu_scale: ImuScaleOptions = field(default_factory=ImuScaleOptions)
     # Metric scale from the episode's stereo partner (needs a calibration sidecar with a baseline),
     # trusted before the IMU.
     stereo_scale: StereoScaleOptions = field(default_factory=StereoScaleOptions)
+    # Metric scale from the wearer's hands resting on mapped surfaces (needs the map's points), trusted
+    # after the stereo pair and the IMU, before the user's value.
+    hand_scale: HandScaleOptions = field(default_factory=HandScaleOptions)
 
     def __post_init__(self) -> None:
         if (
@@ -81,6 +94,8 @@ class EpisodeFrames:
         world_from_cam: camera poses, translation in world units, `(F, 4, 4)`.
         camera_k: pinhole intrinsics of the images the hands were fitted in, pixels, `(3, 3)`.
         image_size: (width, height) of those images, pixels.
+        measured: the camera centre was measured (pose quality keyframe or motion-only, not held or
+            interpolated), `(F,)` bool; None: every frame's.
     """
 
     frame_idx: np.ndarray
@@ -88,10 +103,16 @@ class EpisodeFrames:
     world_from_cam: np.ndarray
     camera_k: np.ndarray
     image_size: tuple[int, int]
+    measured: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.frame_idx)
-        if self.ts_s.shape != (n,) or self.world_from_cam.shape != (n, 4, 4) or self.camera_k.shape != (3, 3):
+        if (
+            self.ts_s.shape != (n,)
+            or self.world_from_cam.shape != (n, 4, 4)
+            or self.camera_k.shape != (3, 3)
+            or (self.measured is not None and self.measured.shape != (n,))
+        ):
             raise ShapeError(
                 "ts_s / world_from_cam / camera_k", self.world_from_cam.shape, f"({n},), ({n}, 4, 4)"
             )
@@ -148,6 +169,8 @@ class FusedHands:
         size_factor: factor `hold_hand_size` applied to the observation's fit (1 for filled), `(M,)`.
         scale: metric scale of the camera poses and where it came from.
         gaps: per identity, every gap and what happened to it.
+        hand_scale: the hands' own scale estimate (chosen or not); None when not computed (no map
+            points given, or disabled).
     """
 
     frame_idx: np.ndarray
@@ -159,6 +182,7 @@ class FusedHands:
     size_factor: np.ndarray
     scale: ScaleChoice
     gaps: dict[str, list[Gap]]
+    hand_scale: HandScale | None = None
 
 
 def _best_per_frame(frame_pos: np.ndarray, identity: np.ndarray, score: np.ndarray) -> np.ndarray:
@@ -196,7 +220,8 @@ def fuse_episode(
     frames: EpisodeFrames,
     obs: EpisodeObservations,
     opts: FusionOptions | None = None,
-    scale_candidates: dict[ScaleSource, float | None] | None = None,
+    scale_candidates: Mapping[ScaleSource, ScaleCandidate | float | None] | None = None,
+    points_world: np.ndarray | None = None,
 ) -> FusedHands:
     """World-frame, identity-labelled, gap-filled hands of one episode.
 
@@ -205,15 +230,17 @@ def fuse_episode(
         obs: the episode's hand fits (invalid fits, with non-finite keypoints, are dropped).
         opts: settings.
         scale_candidates: metres per world unit of `frames.world_from_cam` from each scale source
-            (see `choose_scale`); `opts.user_metres_per_unit` is added as source ``"user"``.
+            (see `choose_scale`); the wearer's hands on the map (source ``"hands"``, with
+            `points_world`) and `opts.user_metres_per_unit` (source ``"user"``) are added.
+        points_world: the map's points, world frame, units of `world_from_cam`, `(P, 3)`; None: no
+            scale from the hands. Not looked at when a more trusted source (stereo, IMU) has a scale.
 
     Returns:
         The fused hands (see `FusedHands`), sorted by frame then identity.
     """
     opts = opts or FusionOptions()
-    candidates: dict[ScaleSource, float | None] = dict(scale_candidates or {})
+    candidates: dict[ScaleSource, ScaleCandidate | float | None] = dict(scale_candidates or {})
     candidates.setdefault("user", opts.user_metres_per_unit)
-    scale = choose_scale(candidates)
     frame_pos = np.searchsorted(frames.frame_idx, obs.frame_idx)
     posed = (frame_pos < len(frames.frame_idx)) & (
         frames.frame_idx[np.minimum(frame_pos, len(frames.frame_idx) - 1)] == obs.frame_idx
@@ -222,12 +249,20 @@ def fuse_episode(
     if len(keep) == 0:
         return FusedHands(
             np.zeros(0, np.int64), np.zeros(0, object), np.zeros((0, 21, 3)), np.zeros(0, bool),
-            np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0), scale, {},
+            np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0), choose_scale(candidates), {},
         )  # fmt: skip
     kp_cam, factors, assignment = _identities(obs, keep, opts)
     best = _best_per_frame(frame_pos[keep], assignment.identity, obs.score[keep])
     keep, kp_cam, factors = keep[best], kp_cam[best], factors[best]
     identity, switch = assignment.identity[best], assignment.identity_switch[best]
+    hand_scale = None
+    trusted_before = choose_scale(candidates).scale_source in SCALE_SOURCES[: SCALE_SOURCES.index("hands")]
+    if points_world is not None and opts.hand_scale.enabled and not trusted_before:
+        hand_scale = _hand_scale(
+            frames, points_world, frame_pos[keep], identity, kp_cam, obs.keypoints_px[keep], opts
+        )
+        candidates.setdefault("hands", ScaleCandidate(hand_scale.metres_per_unit, hand_scale.rel_std))
+    scale = choose_scale(candidates)
     metric_world_from_cam = frames.world_from_cam.copy()
     metric_world_from_cam[:, :3, 3] *= scale.metres_per_unit
     pos = frame_pos[keep]
@@ -258,16 +293,35 @@ def fuse_episode(
         rows = np.flatnonzero(seen | result.filled)
         parts.append((rows, name, result.keypoints_world[rows], result.filled[rows], observation[rows],
                       switched[rows], factor[rows]))  # fmt: skip
-    return _assemble(frames.frame_idx, parts, scale, gaps)
+    return _assemble(frames.frame_idx, parts, scale, gaps, hand_scale)
+
+
+def _hand_scale(  # noqa: PLR0913, PLR0917 - private step of fuse_episode
+    frames: EpisodeFrames, points_world: np.ndarray, frame_pos: np.ndarray, identity: np.ndarray,
+    keypoints_cam: np.ndarray, keypoints_px: np.ndarray, opts: FusionOptions,
+) -> HandScale:  # fmt: skip
+    """The wearer's hands' scale estimate (other people's hands are left out)."""
+    wearer = np.array([str(i).startswith("wearer_") for i in identity], bool)
+    measured = np.ones(len(frames.frame_idx), bool) if frames.measured is None else frames.measured
+    inputs = HandScaleInputs(
+        ts_s=frames.ts_s, world_from_cam=frames.world_from_cam, measured=measured, camera_k=frames.camera_k,
+        points_world=np.asarray(points_world, np.float64).reshape(-1, 3), frame_pos=frame_pos[wearer],
+        hand_id=identity[wearer].astype(str), keypoints_cam=keypoints_cam[wearer],
+        keypoints_px=keypoints_px[wearer],
+    )  # fmt: skip
+    return scale_from_hand_contact(inputs, opts.hand_scale)
 
 
 def _assemble(
-    frame_idx: np.ndarray, parts: list[tuple], scale: ScaleChoice, gaps: dict[str, list[Gap]]
-) -> FusedHands:
+    frame_idx: np.ndarray, parts: list[tuple], scale: ScaleChoice, gaps: dict[str, list[Gap]],
+    hand_scale: HandScale | None,
+) -> FusedHands:  # fmt: skip
     """Concatenate per-identity entries and sort them by frame, then identity."""
     rows = np.concatenate([p[0] for p in parts])
     identity = np.concatenate([np.full(len(p[0]), p[1], dtype=object) for p in parts])
     order = np.lexsort((identity.astype(str), rows))
     cat = [np.concatenate([p[i] for p in parts])[order] for i in range(2, 7)]
     logger.debug("fused %d entries, %d identities", len(rows), len(parts))
-    return FusedHands(frame_idx[rows[order]], identity[order], *cat, scale=scale, gaps=gaps)
+    return FusedHands(
+        frame_idx[rows[order]], identity[order], *cat, scale=scale, gaps=gaps, hand_scale=hand_scale
+    )

@@ -9,6 +9,7 @@ metric camera position is `metric_scale * t`, and hands (metric in the camera fr
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -19,20 +20,34 @@ from pose_core.errors import ShapeError
 
 __all__ = [
     "SCALE_SOURCES",
+    "ScaleCandidate",
     "ScaleChoice",
     "ScaleSource",
     "choose_scale",
     "hands_to_world",
     "hold_hand_size",
-    "scale_from_hand_depth",
     "smooth_track",
 ]
 
 logger = logging.getLogger(__name__)
 
-ScaleSource = Literal["stereo", "imu", "hand_contact", "user", "none"]
+ScaleSource = Literal["stereo", "imu", "hands", "user", "none"]
 # Metric scale sources, most trusted first.
-SCALE_SOURCES: tuple[ScaleSource, ...] = ("stereo", "imu", "hand_contact", "user")
+SCALE_SOURCES: tuple[ScaleSource, ...] = ("stereo", "imu", "hands", "user")
+
+
+@dataclass(frozen=True)
+class ScaleCandidate:
+    """One source's metric scale.
+
+    Attributes:
+        metres_per_unit: metres per world unit; None, non-finite or non-positive: unavailable.
+        rel_std: its relative standard error; None when the source cannot say (a user's value,
+            poses that were metric already).
+    """
+
+    metres_per_unit: float | None
+    rel_std: float | None = None
 
 
 @dataclass(frozen=True)
@@ -42,55 +57,36 @@ class ScaleChoice:
     Attributes:
         metres_per_unit: metres per world unit (1.0 with source ``"none"``: units left as they are).
         scale_source: one of `SCALE_SOURCES`, or ``"none"``.
+        rel_std: relative standard error of `metres_per_unit`; None when unknown or source ``"none"``.
     """
 
     metres_per_unit: float
     scale_source: ScaleSource
+    rel_std: float | None = None
+
+    @property
+    def metres_per_unit_std(self) -> float | None:
+        """Standard error of `metres_per_unit`, metres per unit; None when unknown."""
+        return None if self.rel_std is None else self.rel_std * self.metres_per_unit
 
 
-def choose_scale(candidates: dict[ScaleSource, float | None]) -> ScaleChoice:
-    """Pick the most trusted available scale: stereo baseline, IMU, hand-scene contact, user value.
+def choose_scale(candidates: Mapping[ScaleSource, ScaleCandidate | float | None]) -> ScaleChoice:
+    """Pick the most trusted available scale: stereo baseline, IMU, hands on surfaces, user value.
 
     Args:
-        candidates: metres per world unit from each source that was computed; None or non-finite
-            or non-positive values count as unavailable.
+        candidates: each computed source's scale; a bare float is a value without a standard error.
+            None, non-finite or non-positive values count as unavailable.
 
     Returns:
         The chosen scale; ``ScaleChoice(1.0, "none")`` when no source has a value.
     """
     for source in SCALE_SOURCES:
-        value = candidates.get(source)
+        found = candidates.get(source)
+        candidate = found if isinstance(found, ScaleCandidate) else ScaleCandidate(found)
+        value = candidate.metres_per_unit
         if value is not None and np.isfinite(value) and value > 0:
-            return ScaleChoice(float(value), source)
+            return ScaleChoice(float(value), source, candidate.rel_std)
     return ScaleChoice(1.0, "none")
-
-
-def scale_from_hand_depth(
-    hand_depth_m: np.ndarray, scene_depth_units: np.ndarray, min_samples: int = 5, max_spread: float = 0.15
-) -> float | None:
-    """Metres per world unit from hand keypoints touching mapped surfaces.
-
-    Where a hand touches a surface, the keypoint's metric depth (from the hand-size prior) equals the
-    scene map's depth at that pixel (in world units). The ratio's median is the scale.
-
-    Args:
-        hand_depth_m: metric depths of touching keypoints, metres, `(N,)`.
-        scene_depth_units: scene-map depth at the same pixels, world units, `(N,)`.
-        min_samples: fewest finite pairs to answer.
-        max_spread: largest allowed relative median absolute deviation of the ratios.
-
-    Returns:
-        The scale, or None when there are too few pairs or they disagree.
-    """
-    if hand_depth_m.shape != scene_depth_units.shape or hand_depth_m.ndim != 1:
-        raise ShapeError("hand_depth_m / scene_depth_units", hand_depth_m.shape, "(N,) both")
-    ok = np.isfinite(hand_depth_m) & np.isfinite(scene_depth_units) & (scene_depth_units > 0)
-    if ok.sum() < min_samples:
-        return None
-    ratio = hand_depth_m[ok] / scene_depth_units[ok]
-    median = float(np.median(ratio))
-    spread = float(np.median(np.abs(ratio - median))) / median
-    return median if spread <= max_spread else None
 
 
 def hold_hand_size(

@@ -1,9 +1,10 @@
 """Quality flags of one episode: per-frame signals in, pass/fail with reasons out.
 
 A customer must be able to trust an episode without watching it, so the pipeline flags the faults
-that make an episode useless as training data: the camera lost, its monocular scale jumping, a
-jittery camera or hand path, hands swapping identity, too few frames with the wearer's hands, or a
-clip too short to learn from. Every check has its threshold in `QAThresholds` (conf `qa.thresholds`).
+that make an episode useless as training data: the camera lost, its monocular scale jumping, its
+metric scale too uncertain, a jittery camera or hand path, hands swapping identity, too few frames
+with the wearer's hands, or a clip too short to learn from. Every check has its threshold in
+`QAThresholds` (conf `qa.thresholds`).
 
 Convention:
     Arrays are per frame in frame order, `F` frames. Camera centres are in map units (monocular:
@@ -37,6 +38,7 @@ FLAG_CODES: tuple[str, ...] = (
     "too_short",
     "tracking_lost",
     "scale_jump",
+    "scale_uncertain",
     "pose_jitter",
     "hand_jitter",
     "identity_switches",
@@ -64,6 +66,12 @@ class QAThresholds:
     scale_window_s: float = 0.2
     # Speeds below this fraction of the episode's median speed are "at rest": no scale is observable.
     rest_speed_fraction: float = 0.25
+    # scale_uncertain: the metric scale's relative standard error (`hands_world.metres_per_unit_std`
+    # over `metres_per_unit`) above this fails. At 10 %, once the camera is 50 cm from where its path
+    # started, world-frame hands are off by ~5 cm per standard error; the hands' scale carries the
+    # hand-size prior's 7 %, the IMU and stereo scales are refused above 2.5 % and 10 % spread.
+    # Episodes without a scale, or whose scale has no standard error (a user's value), are not checked.
+    max_scale_rel_std: float = 0.1
     # pose_jitter: RMS of the camera path's second difference over the RMS of its first difference
     # (scale free; smooth head motion at 30 Hz gives ~0.1, white noise ~1.7).
     max_pose_jitter: float = 1.2
@@ -89,6 +97,8 @@ class QAThresholds:
             raise ValueError("qa.thresholds: max_lost_fraction and min_hand_coverage must be in [0, 1]")
         if self.max_scale_ratio <= 1.0:
             raise ValueError(f"qa.thresholds.max_scale_ratio must be > 1, got {self.max_scale_ratio}")
+        if self.max_scale_rel_std <= 0:
+            raise ValueError(f"qa.thresholds.max_scale_rel_std must be > 0, got {self.max_scale_rel_std}")
         if self.scale_window_s <= 0 or self.min_duration_s < 0 or self.max_lost_run_s <= 0:
             raise ValueError("qa.thresholds: scale_window_s, max_lost_run_s must be > 0, min_duration_s >= 0")
         if self.switch_gate_m <= 0 or self.switch_window_s <= 0:
@@ -107,6 +117,8 @@ class EpisodeSignals:
         wrists_cam_m: wrist positions in the camera frame, metres, of every hand identity (the
             wearer's and other people's), each `(F, 3)`; NaN where absent.
         wearer: the identities that are the wearer's hands (jitter and coverage look at these).
+        scale_rel_std: relative standard error of the episode's metric scale; NaN when it has no
+            scale or its scale has no standard error.
     """
 
     ts_s: FloatArray
@@ -115,6 +127,7 @@ class EpisodeSignals:
     segment_id: NDArray[np.int64]
     wrists_cam_m: dict[str, FloatArray] = field(default_factory=dict)
     wearer: tuple[str, ...] = ("wearer_left", "wearer_right")
+    scale_rel_std: float = float("nan")
 
     def __post_init__(self) -> None:
         n = len(self.ts_s)
@@ -137,8 +150,8 @@ class QAResult:
         passed: no check failed.
         flags: codes of the failed checks, in `FLAG_CODES` order.
         reasons: one sentence per flag, with the measured value and its limit.
-        metrics: the measured values (duration_s, lost_fraction, max_scale_ratio, pose_jitter,
-            hand_jitter_mps2, identity_switches, hand_coverage); NaN where not measurable.
+        metrics: the measured values (duration_s, lost_fraction, max_scale_ratio, scale_rel_std,
+            pose_jitter, hand_jitter_mps2, identity_switches, hand_coverage); NaN where not measurable.
         frame_flags: per check, the frames that triggered it, each `(F,)` bool (for the timeline).
     """
 
@@ -299,6 +312,7 @@ def evaluate_episode(signals: EpisodeSignals, thresholds: QAThresholds) -> QARes
         "lost_fraction": lost_fraction,
         "longest_lost_s": float(longest_lost_s),
         "max_scale_ratio": worst_ratio,
+        "scale_rel_std": float(signals.scale_rel_std),
         "pose_jitter": pose_jitter,
         "hand_jitter_mps2": hand_jitter,
         "identity_switches": float(switch.sum()),
@@ -322,6 +336,12 @@ def evaluate_episode(signals: EpisodeSignals, thresholds: QAThresholds) -> QARes
             f"{int(np.nanargmax(ratio)) if np.isfinite(ratio).any() else -1} "
             f"(limit {th.max_scale_ratio:g}x): the monocular scale jumped",
             np.nan_to_num(ratio) > th.max_scale_ratio,
+        ),
+        "scale_uncertain": (
+            signals.scale_rel_std > th.max_scale_rel_std,
+            f"metric scale uncertain: relative standard error {signals.scale_rel_std:.1%} "
+            f"(limit {th.max_scale_rel_std:.0%})",
+            np.zeros(n, bool),
         ),
         "pose_jitter": (
             pose_jitter > th.max_pose_jitter,

@@ -147,6 +147,29 @@ def test_fusion_makes_the_tracked_trajectory_metric_with_the_imu(spark, camera_r
     assert gravity_err_deg < 2.0
 
 
+def test_fusion_makes_the_tracked_trajectory_metric_with_the_hands(spark, camera_run):
+    """Stereo and IMU off: the hands resting on the tracked map give the scale (issue 21), within 5 %.
+
+    The stage stacks the episode's keyframe_poses and ba_points under its posed frames; the map and
+    poses are the tracker's, the hands the sample's truth seen by a noisy estimator.
+    """
+    from dataclasses import replace
+
+    from pose_core.camera_poses.scale import ImuScaleOptions
+    from pose_core.camera_poses.stereo import StereoScaleOptions
+
+    cfg = camera_run[1]
+    off = replace(
+        cfg.fusion, stereo_scale=StereoScaleOptions(enabled=False), imu_scale=ImuScaleOptions(enabled=False)
+    )
+    world, truth, _, _, _ = _fuse_tracked_poses(spark, camera_run, replace(cfg, fusion=off), "run-hands")
+    assert (world["scale_source"] == "hands").all() and world["metres_per_unit"].nunique() == 1
+    scale, std = world["metres_per_unit"].iat[0], world["metres_per_unit_std"].iat[0]
+    logger.info("hands scale of the tracked poses: %.5f m/unit +- %.5f, truth %.5f (%+.2f %%)", scale, std,
+                truth, 100 * (scale / truth - 1))  # fmt: skip
+    assert scale == pytest.approx(truth, rel=0.05) and abs(scale - truth) <= 1.96 * std
+
+
 def test_fusion_prefers_the_stereo_scale(spark, camera_run):
     """Fusion over the tracked poses of the stereo sample (IMU sidecar too): scale_source stereo, within 3 %.
 

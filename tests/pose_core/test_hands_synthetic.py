@@ -12,13 +12,13 @@ from pose_core.errors import ShapeError
 from pose_core.hands import (
     FitOptions,
     HandObservation,
+    ScaleCandidate,
     assign_identities,
     choose_scale,
     fill_gaps,
     fit_hand,
     hands_to_world,
     hold_hand_size,
-    scale_from_hand_depth,
     smooth_track,
 )
 from pose_core.hands.articulated import ArticulatedOptions
@@ -186,15 +186,16 @@ def test_template_fallback_is_metric(episode):
     assert np.median(err) < 0.07
 
 
-def test_scale_choice_and_hand_contact():
+def test_scale_choice_keeps_the_most_trusted_source_and_its_error():
     assert choose_scale({"imu": 2.0, "user": 3.0}).scale_source == "imu"
     assert choose_scale({"stereo": None, "user": 3.0}).metres_per_unit == 3.0
-    assert choose_scale({}).scale_source == "none"
-    rng = np.random.default_rng(0)
-    scene = rng.uniform(0.5, 2.0, 50)
-    hand = scene * 0.4 * (1 + rng.normal(0, 0.02, 50))
-    assert scale_from_hand_depth(hand, scene) == pytest.approx(0.4, rel=0.02)
-    assert scale_from_hand_depth(hand[:3], scene[:3]) is None
+    assert choose_scale({}).scale_source == "none" and choose_scale({}).rel_std is None
+    hands = choose_scale({"hands": ScaleCandidate(0.5, 0.07), "user": 3.0})
+    assert (hands.scale_source, hands.metres_per_unit, hands.rel_std) == ("hands", 0.5, 0.07)
+    assert hands.metres_per_unit_std == pytest.approx(0.035)
+    refused = choose_scale({"imu": ScaleCandidate(None, float("inf")), "hands": ScaleCandidate(0.5, 0.07)})
+    assert refused.scale_source == "hands"
+    assert choose_scale({"user": 3.0}).metres_per_unit_std is None
 
 
 def test_fusion_undoes_trajectory_scale(episode):

@@ -8,15 +8,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bench.hand_scale import map_rows
 from pose_core.camera_poses.scale import ImuScaleOptions
 from pose_core.geometry.camera import Camera
 from pose_core.geometry.rigid3 import quat_wxyz_from_matrix
-from pose_core.hands import FusionOptions, HandObservation
+from pose_core.hands import FusionOptions
 from pose_core.synth.episode import SynthOptions, generate_episode
+from pose_core.synth.observe import DetectionNoise, noisy_hand_observations, simulated_map
 from schemas.tables import HANDS_WORLD
 from udfs.fusion import fuse_hands, guarded_fuse_hands
 from udfs.guard import ERROR_KIND, ROW_KIND
 from udfs.hands import HandsOptions, hand_rows
+from udfs.multi_output import TABLE_COLUMN
 
 logger = logging.getLogger(__name__)
 PX_NOISE = 2.0  # 2-D keypoint noise, pixels (1 sigma)
@@ -29,7 +32,7 @@ def episode():
     return generate_episode(SynthOptions(num_frames=300, seed=0))
 
 
-def _posed_frames(ep, episode_id="ep0"):
+def posed_frames(ep, episode_id="ep0"):
     return pd.DataFrame(
         {
             "episode_id": episode_id,
@@ -43,30 +46,14 @@ def _posed_frames(ep, episode_id="ep0"):
 
 def noisy_hands_cam(ep, rng, drop=0.1, flip=0.15, episode_id="ep0"):
     """`hands_cam` rows of noisy detections: 10 % dropouts, handedness flipped in 15 % of them."""
-    cam_from_world = np.linalg.inv(ep.world_from_cam)
-    in_cam = (
-        np.einsum("fij,fhkj->fhki", cam_from_world[:, :3, :3], ep.hands_world)
-        + cam_from_world[:, None, None, :3, 3]
-    )
     camera = Camera(640, 480, ep.K[0, 0], ep.K[1, 1], ep.K[0, 2], ep.K[1, 2])
-    frames, found = [], []
-    for f in range(ep.num_frames):
-        hands = []
-        for h in rng.permutation(2):
-            if not ep.hand_visible[f, h] or rng.random() < drop:
-                continue
-            side = ("left", "right")[h] if rng.random() > flip else ("right", "left")[h]
-            px = ep.hands_px[f, h] + rng.normal(0.0, PX_NOISE, (21, 2))
-            shape = in_cam[f, h] + rng.normal(0.0, SHAPE_NOISE_M, (21, 3))
-            hands.append(HandObservation(px, 0.95, side, 0.9, shape))
-        frames.append(f)
-        found.append(hands)
-    return hand_rows(episode_id, frames, found, camera, HandsOptions())
+    found = noisy_hand_observations(ep, rng, DetectionNoise(PX_NOISE, SHAPE_NOISE_M, drop, flip))
+    return hand_rows(episode_id, list(range(ep.num_frames)), found, camera, HandsOptions())
 
 
 def test_fused_world_hands_match_ground_truth(episode):
     hands = noisy_hands_cam(episode, np.random.default_rng(0))
-    out = fuse_hands(_posed_frames(episode), hands, FusionOptions())
+    out = fuse_hands(posed_frames(episode), hands, FusionOptions())
     assert list(out.columns) == HANDS_WORLD.columns
     assert not out.duplicated(["frame_idx", "identity"]).any()
     truth_h = out["identity"].map(TRUTH)
@@ -94,13 +81,14 @@ def test_fused_world_hands_match_ground_truth(episode):
 
 def test_scale_source_and_user_scale_are_recorded(episode):
     hands = noisy_hands_cam(episode, np.random.default_rng(1))
-    frames = _posed_frames(episode).assign(scale_source="stereo")
+    frames = posed_frames(episode).assign(scale_source="stereo")
     assert (fuse_hands(frames, hands, FusionOptions())["scale_source"] == "stereo").all()
-    shrunk = _posed_frames(episode)
+    shrunk = posed_frames(episode)
     shrunk["world_from_cam_t_m"] = [t / 4.0 for t in shrunk["world_from_cam_t_m"]]  # units of 25 cm
     user = fuse_hands(shrunk, hands, FusionOptions(user_metres_per_unit=4.0))
-    metric = fuse_hands(_posed_frames(episode), hands, FusionOptions())
+    metric = fuse_hands(posed_frames(episode), hands, FusionOptions())
     assert (user["scale_source"] == "user").all() and (user["metres_per_unit"] == 4.0).all()
+    assert user["metres_per_unit_std"].isna().all()  # a user's value comes without a standard error
     np.testing.assert_allclose(
         np.stack(user["keypoints_world_m"].map(np.asarray)),
         np.stack(metric["keypoints_world_m"].map(np.asarray)),
@@ -121,8 +109,8 @@ def test_imu_makes_map_units_metric(episode, tmp_path):
     """Poses in map units of 25 cm (noisy like tracking) + the IMU sidecar: scale_source imu, metric hands."""
     rng = np.random.default_rng(4)
     hands = noisy_hands_cam(episode, np.random.default_rng(1))
-    metric = fuse_hands(_posed_frames(episode), hands, FusionOptions())
-    shrunk = _posed_frames(episode).assign(imu_path=_imu_csv(episode, tmp_path / "ep0.imu.csv", rng))
+    metric = fuse_hands(posed_frames(episode), hands, FusionOptions())
+    shrunk = posed_frames(episode).assign(imu_path=_imu_csv(episode, tmp_path / "ep0.imu.csv", rng))
     noisy = [t + rng.normal(0.0, 0.002, 3) for t in shrunk["world_from_cam_t_m"]]  # 2 mm tracking noise
     shrunk["world_from_cam_t_m"] = [t / 4.0 for t in noisy]
     out = fuse_hands(shrunk, hands, FusionOptions())
@@ -132,6 +120,8 @@ def test_imu_makes_map_units_metric(episode, tmp_path):
     logger.info("IMU scale through fusion: %.4f m/unit (truth 4, error %+.2f %%), gravity %s", scale,
                 100 * (scale / 4.0 - 1.0), np.round(gravity, 4))  # fmt: skip
     assert scale == pytest.approx(4.0, rel=0.05) and (out["metres_per_unit"] == scale).all()
+    rel_std = out["metres_per_unit_std"].iat[0] / scale
+    assert 0.0 < rel_std <= ImuScaleOptions().max_rel_std and abs(scale / 4.0 - 1.0) < 3 * rel_std
     assert np.degrees(np.arccos(-gravity[2])) < 1.0  # the synthetic world is z up
     # Same hands as with metric poses: a 5 % scale error moves them ~6 cm (camera ~1.3 m from the origin).
     kp, kp_metric = (
@@ -144,13 +134,38 @@ def test_imu_makes_map_units_metric(episode, tmp_path):
     assert (off["scale_source"] == "none").all()
 
 
+def test_the_hands_on_the_table_make_a_monocular_map_metric(episode):
+    """No IMU, no stereo: the map (units of 25 cm) and the wearer's hands on the table give the scale."""
+    rng = np.random.default_rng(5)
+    frames = map_rows(simulated_map(episode, 0.25, rng), episode.ts_s, "ep0")
+    hands = noisy_hands_cam(episode, np.random.default_rng(1))
+    out = fuse_hands(frames, hands, FusionOptions())
+    scale, std = out["metres_per_unit"].iat[0], out["metres_per_unit_std"].iat[0]
+    logger.info("hands scale through fusion: %.4f m/unit (truth 0.25, %+.2f %%), std %.4f", scale,
+                100 * (scale / 0.25 - 1.0), std)  # fmt: skip
+    assert (out["scale_source"] == "hands").all() and out["metres_per_unit"].nunique() == 1
+    assert scale == pytest.approx(0.25, rel=0.05)
+    assert std / scale == pytest.approx(0.07, abs=0.01)  # the hand-size prior's 7 % dominates
+    # Camera path and hands in metres: the wrists where the metric poses put them.
+    metric = fuse_hands(posed_frames(episode), hands, FusionOptions())
+    kp, kp_metric = (
+        np.stack(o["keypoints_world_m"].map(np.asarray)).reshape(-1, 21, 3) for o in (out, metric)
+    )
+    assert np.median(np.linalg.norm(kp - kp_metric, axis=-1)) < 0.03
+    # A more trusted source wins; without the map's points there is no hands scale.
+    imu_first = fuse_hands(frames.assign(scale_source="imu"), hands, FusionOptions())
+    assert (imu_first["scale_source"] == "imu").all()
+    no_map = fuse_hands(frames[frames[TABLE_COLUMN].isna()], hands, FusionOptions())
+    assert (no_map["scale_source"] == "none").all() and no_map["metres_per_unit_std"].isna().all()
+
+
 def test_no_poses_is_a_clear_episode_failure(episode):
     hands = noisy_hands_cam(episode, np.random.default_rng(2))
-    frames = _posed_frames(episode)
+    frames = posed_frames(episode)
     frames["world_from_cam_q_wxyz"] = None
     out = guarded_fuse_hands(frames, hands, FusionOptions())
     assert out["_row_kind"].tolist() == [ERROR_KIND]
     assert out["_error"].iat[0] == "EgolakeError: no camera poses for this episode's frames"
-    ok = guarded_fuse_hands(_posed_frames(episode), hands.iloc[:0], FusionOptions())
+    ok = guarded_fuse_hands(posed_frames(episode), hands.iloc[:0], FusionOptions())
     assert ok.empty  # an episode without hands has no rows and no error
-    assert (guarded_fuse_hands(_posed_frames(episode), hands, FusionOptions())["_row_kind"] == ROW_KIND).all()
+    assert (guarded_fuse_hands(posed_frames(episode), hands, FusionOptions())["_row_kind"] == ROW_KIND).all()

@@ -23,27 +23,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pose_core.camera_poses.completion import CompletionOptions
-from pose_core.camera_poses.features import FeatureOptions
 from pose_core.geometry.rigid3 import so3_log
-from schemas.tables import FEATURES, FRAMES
 from tests.data_paths import SHARED_DATA
 from udfs.camera_tables import world_from_cam_from_columns
-from udfs.hands import HandsOptions, hands_for_shard
-from udfs.ingest import plan_shards
-from udfs.media.decode import DecodeOptions, decode_frames
-from udfs.multi_output import split_tables, stack_tables
-from udfs.priors import shard_outputs
-from udfs.tracking import (
-    BA_INPUTS,
-    BA_OUTPUTS,
-    COMPLETION_INPUTS,
-    TRACKING_OUTPUTS,
-    CameraTrackingOptions,
-    ba_unit,
-    completion_unit,
-    tracking_unit,
-)
+from udfs.episode_units import episode_tables
 
 pytestmark = pytest.mark.slow
 
@@ -52,34 +35,8 @@ CLIPS = SHARED_DATA / "ego_clips"
 
 def _camera_poses(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`tracks` and `camera_poses` rows of one clip, computed by the stage units."""
-    path = str(CLIPS / name)
-    n = len(decode_frames(path, 0, None, DecodeOptions()).frame_idx)
-    frames, features, hands = [], [], []
-    for i, (start, stop, own_start, own_stop) in enumerate(plan_shards(n, 256, 8)):
-        shard = pd.DataFrame([{
-            "episode_id": "ep", "shard_idx": i, "source_path": path, "kind": "video", "decoder": "decord",
-            "frame_start": start, "frame_stop": stop, "own_start": own_start, "own_stop": own_stop,
-            "calibration_json": None,
-        }])  # fmt: skip
-        out = split_tables(shard_outputs(shard, DecodeOptions(), FeatureOptions()), [FRAMES, FEATURES])
-        frames.append(out["frames"])
-        features.append(out["features"])
-        hands.append(hands_for_shard(shard, HandsOptions(), DecodeOptions()))
-    frames, features, hands = (pd.concat(x, ignore_index=True) for x in (frames, features, hands))
-    boxes = hands.dropna(subset=["box_px"]).groupby("frame_idx")["box_px"].agg(
-        lambda b: np.concatenate(list(b)).astype(np.float32))
-    view = features.assign(
-        calibration_json=None,
-        width=np.int32(frames["width"].max()),
-        height=np.int32(frames["height"].max()),
-        hand_boxes_px=[b if isinstance(b, np.ndarray) else None for b in features["frame_idx"].map(boxes)],
-    )
-    opts, copts = CameraTrackingOptions(), CompletionOptions()
-    tables = split_tables(tracking_unit(view, opts), TRACKING_OUTPUTS)
-    tables |= split_tables(ba_unit(stack_tables([(s, tables[s.name]) for s in BA_INPUTS]), copts), BA_OUTPUTS)
-    given = {"feature_view": view, "frames": frames} | tables
-    poses = completion_unit(stack_tables([(s, given[s.name]) for s in COMPLETION_INPUTS]), copts, opts)
-    return tables["tracks"].sort_values("frame_idx"), poses.sort_values("frame_idx")
+    tables = episode_tables(str(CLIPS / name))
+    return tables["tracks"].sort_values("frame_idx"), tables["camera_poses"]
 
 
 @pytest.fixture(scope="module", params=["egoloc_desk_pour.mp4", "lavila_ego4d_stirring.mp4",

@@ -108,6 +108,15 @@ def finish_dataset(  # noqa: PLR0913 - what meta/ is made of
     return stats
 
 
+def _scale_text(episode: dict) -> str:
+    """`metres_per_unit ± std` of a manifest episode (`-` without a scale, `± ?` without a std)."""
+    if episode.get("scale_source") in (None, "none"):
+        return "-"
+    std = episode.get("metres_per_unit_std")
+    spread = "± ?" if std is None else f"± {std:.3g}"
+    return f"{episode['metres_per_unit']:.4g} {spread}"
+
+
 def write_card(root: str, spec: FeatureSpec, manifest: dict, notes: str) -> None:
     """The dataset card `README.md`: what the dataset is, every feature with its dimension names, provenance.
 
@@ -141,13 +150,16 @@ def write_card(root: str, spec: FeatureSpec, manifest: dict, notes: str) -> None
         "",
         "## Episodes",
         "",
-        "| episode_index | episode_id | frames | scale_source | task |",
-        "|---|---|---|---|---|",
+        "Metres per map unit: the episode's metric scale with its standard error (`scale_source` none: "
+        "camera positions in map units).",
+        "",
+        "| episode_index | episode_id | frames | scale_source | metres_per_unit | task |",
+        "|---|---|---|---|---|---|",
     ]
     for e in manifest["episodes"]:
         lines.append(
             f"| {e['episode_index']} | {e['episode_id']} | {e['length']} | {e.get('scale_source')} "
-            f"| {e['task']} |"
+            f"| {_scale_text(e)} | {e['task']} |"
         )
     if manifest["exclusions"]:
         lines += ["", "## Left out", ""] + [

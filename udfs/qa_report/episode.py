@@ -81,8 +81,10 @@ class EpisodeView:
         world_from_cam: `(F, 4, 4)`, NaN where no pose; translation in metres when the episode has a
             metric scale (`hands_world.metres_per_unit`), else in map units (as the hands then are).
         hands: identity -> its track.
-        scale_source: the metric scale's source (stereo | imu | hand_contact | user | none).
+        scale_source: the metric scale's source (stereo | imu | hands | user | none).
         metres_per_unit: metres per `camera_poses` unit applied to `world_from_cam` (1 without a scale).
+        scale_rel_std: the scale's relative standard error; NaN without a scale or without an error
+            (a user's value; `hands_world` before it had `metres_per_unit_std`).
     """
 
     episode_id: str
@@ -91,6 +93,7 @@ class EpisodeView:
     hands: dict[str, HandTrack]
     scale_source: str
     metres_per_unit: float = 1.0
+    scale_rel_std: float = float("nan")
 
     @property
     def tracked(self) -> NDArray[np.bool_]:
@@ -152,6 +155,8 @@ def episode_view(frames: pd.DataFrame, camera_poses: pd.DataFrame, hands_world: 
     sources = hands_world["scale_source"].dropna().unique() if "scale_source" in hands_world else []
     scales = hands_world["metres_per_unit"].dropna() if "metres_per_unit" in hands_world else []
     metres_per_unit = float(scales.iat[0]) if len(scales) else 1.0
+    stds = hands_world["metres_per_unit_std"].dropna() if "metres_per_unit_std" in hands_world else []
+    scale_rel_std = float(stds.iat[0]) / metres_per_unit if len(stds) and len(scales) else float("nan")
     world_from_cam[:, :3, 3] *= metres_per_unit  # the hands' world: both in one unit
     return EpisodeView(
         episode_id=episode_id,
@@ -160,6 +165,7 @@ def episode_view(frames: pd.DataFrame, camera_poses: pd.DataFrame, hands_world: 
         hands=hands,
         scale_source=str(sources[0]) if len(sources) else "none",
         metres_per_unit=metres_per_unit,
+        scale_rel_std=scale_rel_std,
     )
 
 
@@ -181,4 +187,5 @@ def episode_signals(view: EpisodeView) -> EpisodeSignals:
             for k, h in view.hands.items()
         },
         wearer=WEARER,
+        scale_rel_std=view.scale_rel_std,
     )

@@ -107,6 +107,20 @@ def test_a_restart_that_keeps_the_scale_passes(episode):
     assert result.metrics["max_scale_ratio"] < 1.5
 
 
+@pytest.mark.parametrize(("rel_std", "flagged"), [(0.07, False), (0.15, True), (float("nan"), False)])
+def test_an_uncertain_metric_scale_is_flagged(episode, rel_std, flagged):
+    """A hands scale (~7 % with the size prior) passes; 15 % fails; no standard error is not checked."""
+    s = _signals(episode)
+    signals = EpisodeSignals(s.ts_s, s.camera_centre, s.tracked, s.segment_id, s.wrists_cam_m,
+                             scale_rel_std=rel_std)  # fmt: skip
+    result = evaluate_episode(signals, QAThresholds())
+    assert result.flags == (("scale_uncertain",) if flagged else ()), result.reasons
+    assert result.frame_flags["scale_uncertain"].sum() == 0
+    if flagged:
+        assert result.reasons[0] == "metric scale uncertain: relative standard error 15.0% (limit 10%)"
+    np.testing.assert_equal(result.metrics["scale_rel_std"], rel_std)
+
+
 def test_camera_jitter_is_flagged(episode):
     clean = _signals(episode).camera_centre
     step = np.median(np.linalg.norm(np.diff(clean, axis=0), axis=1))
@@ -181,3 +195,5 @@ def test_signals_of_the_wrong_shape_are_refused(episode):
         QAThresholds(max_scale_ratio=1.0)
     with pytest.raises(ValueError, match="switch_gate_m"):
         QAThresholds(switch_gate_m=0.0)
+    with pytest.raises(ValueError, match="max_scale_rel_std"):
+        QAThresholds(max_scale_rel_std=0.0)

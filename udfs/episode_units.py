@@ -1,0 +1,95 @@
+"""One video through the per-episode stage units without Spark: priors, hands, tracking, ba, completion.
+
+The Spark stages call the same unit functions on the same stacked pandas frames; this runs them in
+one process for tests and benchmarks on real or rendered clips, with the configuration's defaults
+unless given. Shards are planned as ingest plans them (`ingest.shard_frames`, `shard_overlap`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from pose_core.camera_poses.completion import CompletionOptions
+from pose_core.camera_poses.features import FeatureOptions
+from schemas.tables import FEATURES, FRAMES
+from udfs.hands import HandsOptions, hands_for_shard
+from udfs.ingest import plan_shards
+from udfs.media.decode import DecodeOptions, decode_frames
+from udfs.multi_output import split_tables, stack_tables
+from udfs.priors import shard_outputs
+from udfs.tracking import (
+    BA_INPUTS,
+    BA_OUTPUTS,
+    COMPLETION_INPUTS,
+    TRACKING_OUTPUTS,
+    CameraTrackingOptions,
+    ba_unit,
+    completion_unit,
+    tracking_unit,
+)
+
+__all__ = ["episode_tables"]
+
+logger = logging.getLogger(__name__)
+
+#: Makes the `hands_cam` rows of one shard row (the hands stage by default).
+HandsUnit = Callable[[pd.DataFrame], pd.DataFrame]
+
+
+def episode_tables(
+    path: str,
+    calibration_json: str | None = None,
+    hands_unit: HandsUnit | None = None,
+    shard_frames: int = 256,
+    overlap: int = 8,
+) -> dict[str, pd.DataFrame]:
+    """Every camera-pose table of one episode, and its `frames` and `hands_cam` rows, by table name.
+
+    Args:
+        path: the video.
+        calibration_json: `videos.calibration_json` (None: the 70-degree prior).
+        hands_unit: `hands_cam` rows of a shard row; None: the hands stage (`hands_for_shard`, defaults).
+            Their boxes mask the hands out of tracking, as in the pipeline.
+        shard_frames: frames owned per shard.
+        overlap: decoded frames of context on each side of a shard.
+
+    Returns:
+        `frames`, `hands_cam`, `tracks`, `cameras`, `keyframes`, `map_points`, `keyframe_poses`,
+        `ba_points`, `ba_cameras` and `camera_poses` (episode id "ep").
+    """
+    hands_unit = hands_unit or (lambda shard: hands_for_shard(shard, HandsOptions(), DecodeOptions()))
+    n = len(decode_frames(path, 0, None, DecodeOptions()).frame_idx)
+    frames, features, hands = [], [], []
+    for i, (start, stop, own_start, own_stop) in enumerate(plan_shards(n, shard_frames, overlap)):
+        shard = pd.DataFrame([{
+            "episode_id": "ep", "shard_idx": i, "source_path": path, "kind": "video", "decoder": "decord",
+            "frame_start": start, "frame_stop": stop, "own_start": own_start, "own_stop": own_stop,
+            "calibration_json": calibration_json,
+        }])  # fmt: skip
+        out = split_tables(shard_outputs(shard, DecodeOptions(), FeatureOptions()), [FRAMES, FEATURES])
+        frames.append(out["frames"])
+        features.append(out["features"])
+        hands.append(hands_unit(shard))
+    frames, features, hands = (pd.concat(x, ignore_index=True) for x in (frames, features, hands))
+    boxes = (
+        hands.dropna(subset=["box_px"])
+        .groupby("frame_idx")["box_px"]
+        .agg(lambda b: np.concatenate(list(b)).astype(np.float32))
+    )
+    view = features.assign(
+        calibration_json=calibration_json,
+        width=np.int32(frames["width"].max()),
+        height=np.int32(frames["height"].max()),
+        hand_boxes_px=[b if isinstance(b, np.ndarray) else None for b in features["frame_idx"].map(boxes)],
+    )
+    opts, copts = CameraTrackingOptions(), CompletionOptions()
+    tables = split_tables(tracking_unit(view, opts), TRACKING_OUTPUTS)
+    tables |= split_tables(ba_unit(stack_tables([(s, tables[s.name]) for s in BA_INPUTS]), copts), BA_OUTPUTS)
+    given = {"feature_view": view, "frames": frames} | tables
+    poses = completion_unit(stack_tables([(s, given[s.name]) for s in COMPLETION_INPUTS]), copts, opts)
+    logger.info("episode units: %s, %d frames, %d hands_cam rows", path, len(frames), len(hands))
+    return tables | {"frames": frames, "hands_cam": hands, "camera_poses": poses.sort_values("frame_idx")}
