@@ -52,6 +52,7 @@ from pose_core.retarget.ik import (
 )
 from pose_core.retarget.orientation import axis_errors, kept_targets, task_weights
 from pose_core.retarget.placement import PlacementOptions, base_from_tcp_targets
+from pose_core.retarget.quality import joint_violations
 from pose_core.retarget.smoothing import SmoothingOptions, smooth_tool_poses
 from pose_core.retarget.trajectory import Residuals, TrajectoryOptions, fit_trajectory
 
@@ -74,7 +75,6 @@ BoolArray = NDArray[np.bool_]
 IntArray = NDArray[np.int64]
 
 _UNIFORM_STEPS = 1e-6  # relative spread of the step periods accepted as one control rate
-_LIMIT_SLACK = 1e-6  # relative slack of the speed and acceleration checks (float rounding)
 
 
 @dataclass(frozen=True)
@@ -342,15 +342,6 @@ def solve_in_chunks(  # noqa: PLR0913 - the solver, its start and the limits
     return rate_limit(q, ts_s, emb.velocity, (emb.lower, emb.upper))
 
 
-def _violations(emb: Embodiment, q: FloatArray, dt: float) -> tuple[int, int, int]:
-    """Joint values outside the limits, steps beyond the speed limits, second steps beyond accelerations."""
-    tol, slack = 1e-9, 1.0 + _LIMIT_SLACK
-    limit = int(np.sum((q < emb.lower - tol) | (q > emb.upper + tol)))
-    speed = int(np.sum(np.abs(np.diff(q, axis=0)) > emb.velocity * dt * slack + tol))
-    accel = int(np.sum(np.abs(np.diff(q, n=2, axis=0)) > emb.acceleration * dt * dt * slack + tol))
-    return limit, speed, accel
-
-
 def _ik_joints(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray, ts_s: FloatArray,
                opts: RetargetOptions) -> FloatArray:
     """The IK's joints per step ``(F, J)``, within joint and speed limits (see the module's Algorithm)."""
@@ -480,7 +471,7 @@ def retarget_wrist_trajectory(  # noqa: PLR0913 - the trajectory, its timing and
     approach, closing = axis_errors(emb.orientation, base_from_tcp, kept)
     reachable = (valid & (err_m <= emb.reach_position_tol_m) & (approach <= emb.orientation.approach_tol_rad)
                  & (closing <= emb.orientation.closing_tol_rad))
-    limit, speed, accel = _violations(emb, q, dt)
+    limit, speed, accel = joint_violations(q, dt, (emb.lower, emb.upper), emb.velocity, emb.acceleration)
     logger.debug("%s: %d steps, %d with a hand, %d reachable", emb.name, frames, int(valid.sum()),
                  int(reachable.sum()))
     shift = np.linalg.norm(tcp_targets[:, :3, 3] - raw[:, :3, 3], axis=1)

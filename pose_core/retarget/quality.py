@@ -32,6 +32,7 @@ __all__ = [
     "RetargetFigures",
     "evaluate_quality",
     "hand_states",
+    "joint_violations",
     "retarget_figures",
 ]
 
@@ -45,6 +46,7 @@ HAND_STATES: tuple[str, ...] = ("observed", "filled", "missing", "beyond_reach")
 VALID_STATES: tuple[str, ...] = ("observed", "filled")
 #: Every quality flag, in the order reasons are reported.
 QUALITY_FLAGS: tuple[str, ...] = ("refused", "low_valid", "position_error", "limit_violations")
+_LIMIT_SLACK = 1e-6  # relative slack of the speed and acceleration checks (float rounding)
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,27 @@ def hand_states(present: BoolArray, filled: BoolArray, wrist_to_camera_m: FloatA
     out[present] = np.where(np.asarray(filled, bool)[present], "filled", "observed")
     out[present & (np.asarray(wrist_to_camera_m) > max_hand_distance_m)] = "beyond_reach"
     return out
+
+
+def joint_violations(q: FloatArray, dt: float, bounds: tuple[FloatArray, FloatArray], velocity: FloatArray,
+                     acceleration: FloatArray) -> tuple[int, int, int]:
+    """Joint values outside the limits, steps beyond the speed limits, second steps beyond the accelerations.
+
+    Args:
+        q: joints per step ``(S, J)``.
+        dt: step period, seconds.
+        bounds: ``(lower, upper)`` ``(J,)`` each.
+        velocity: speed limits ``(J,)``.
+        acceleration: acceleration limits ``(J,)`` (``inf``: none).
+
+    Returns:
+        ``(limit, speed, acceleration)`` counts (a relative slack of 1e-6 absorbs float rounding).
+    """
+    tol, slack = 1e-9, 1.0 + _LIMIT_SLACK
+    limit = int(np.sum((q < bounds[0] - tol) | (q > bounds[1] + tol)))
+    speed = int(np.sum(np.abs(np.diff(q, axis=0)) > velocity * dt * slack + tol))
+    accel = int(np.sum(np.abs(np.diff(q, n=2, axis=0)) > acceleration * dt * dt * slack + tol))
+    return limit, speed, accel
 
 
 def _stat(values: FloatArray, q: float) -> float:
