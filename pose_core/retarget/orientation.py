@@ -13,7 +13,9 @@ Convention:
       the vertical plane normal to the arm's pitch axes (``plane_joint``'s axis, horizontal, turned by
       the base pan joint, hence set by the tool position). Kept: the approach's *elevation* (its angle
       to the base's horizontal: a top-down grasp stays top-down, a side grasp a side grasp) and the roll
-      about it; its heading is the plane's, pointing away from the base (the side of the tool point).
+      about it; its heading is the plane's, on the side (away from the base or towards it) the target's
+      heading is nearer to, or the tool's own side when the target points across the plane (within
+      `ACROSS_PLANE`: the choice would flip with noise).
       The target is swung by the smallest rotation from its approach to that one (about the vertical
       when they are opposite), which carries its roll along. ``full``: the approach is kept as a
       direction.
@@ -36,6 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 __all__ = [
+    "ACROSS_PLANE",
     "APPROACH_MODES",
     "CLOSING_MODES",
     "OrientationSpec",
@@ -53,6 +56,8 @@ APPROACH_MODES = ("full", "in_plane")
 #: How the closing axis is kept: a line (parallel jaws), a signed direction, or not at all.
 CLOSING_MODES = ("symmetric", "directed", "free")
 _EPS = 1e-9
+#: A target heading within asin(this) of across the arm's plane keeps the tool's side (30 degrees).
+ACROSS_PLANE = 0.5
 
 
 @dataclass(frozen=True)
@@ -110,14 +115,18 @@ def _swing(from_dir: FloatArray, to_dir: FloatArray) -> FloatArray:
     return np.eye(3) + sin_a[:, None, None] * kx + (1.0 - cos_a)[:, None, None] * (kx @ kx)
 
 
-def _in_plane(approach: FloatArray, plane_normal: FloatArray, tool_position: FloatArray) -> FloatArray:
-    """Approaches ``(B, 3)`` with their elevation kept, turned into the arm's plane, away from the base."""
+def _in_plane(approach: FloatArray, plane_normal: FloatArray, tool: FloatArray) -> FloatArray:
+    """Approaches ``(B, 3)`` with their elevation kept, turned into the arm's plane (see the Convention)."""
     up = np.array([0.0, 0.0, 1.0])
-    outward = np.cross(plane_normal, up)
-    outward /= np.maximum(np.linalg.norm(outward, axis=1, keepdims=True), _EPS)
-    outward *= np.where(np.sum(outward[:, :2] * tool_position[:, :2], axis=1) < 0, -1.0, 1.0)[:, None]
+    radial = np.cross(plane_normal, up)
+    radial /= np.maximum(np.linalg.norm(radial, axis=1, keepdims=True), _EPS)
+    radial *= np.where(np.sum(radial[:, :2] * tool[:, :2, 3], axis=1) < 0, -1.0, 1.0)[:, None]  # outward
+    along = np.sum(approach[:, :2] * radial[:, :2], axis=1)
+    clear = np.abs(along) > ACROSS_PLANE * np.linalg.norm(approach[:, :2], axis=1)
+    side = np.where(clear, along, np.sum(tool[:, :2, 2] * radial[:, :2], axis=1))
+    radial *= np.where(side < 0, -1.0, 1.0)[:, None]
     elevation = np.arcsin(np.clip(approach[:, 2], -1.0, 1.0))
-    return np.cos(elevation)[:, None] * outward + np.sin(elevation)[:, None] * up
+    return np.cos(elevation)[:, None] * radial + np.sin(elevation)[:, None] * up
 
 
 def kept_targets(spec: OrientationSpec, base_from_tool: FloatArray, base_from_target: FloatArray,
@@ -137,7 +146,7 @@ def kept_targets(spec: OrientationSpec, base_from_tool: FloatArray, base_from_ta
     rot = kept[:, :3, :3]
     if spec.approach == "in_plane" and plane_normal is not None:
         approach = rot[:, :, 2]
-        rot = _swing(approach, _in_plane(approach, plane_normal, base_from_tool[:, :3, 3])) @ rot
+        rot = _swing(approach, _in_plane(approach, plane_normal, base_from_tool)) @ rot
     if spec.closing == "symmetric":
         flipped = rot * np.array([-1.0, -1.0, 1.0])  # half a turn about the target's own z
         tool = base_from_tool[:, :3, :3]

@@ -3,12 +3,12 @@
 Estimated hands jitter from frame to frame (keypoint depth noise of a few centimetres and tens of
 degrees of palm roll) far faster than a hand moves or an arm can follow. Retargeting therefore smooths
 the tool targets within each run of steps that have a hand (`smooth_tool_poses`): the position and
-the approach axis by a Savitzky-Golay filter (local quadratic fit, zero phase, polynomials up to
-degree 2 kept exactly; the ends of a run mirrored, which extrapolates jitter less than a fitted end);
-the closing axis of a gripper whose jaws are symmetric as a *line*, by the principal direction of the
+the approach axis by a Savitzky-Golay filter (local quadratic fit, zero phase; positions keep the
+fitted polynomial at a run's ends, exact for motion up to degree 2, where mirrored ends bent clean
+robot-made paths by up to 4 cm; the axes mirror the ends, where fitted ends swung noisy axes); the
+closing axis of a gripper whose jaws are symmetric as a *line*, by the principal direction of the
 filtered outer products ``y y^T`` (so a palm normal that flips sign does not turn the target half a
-turn). What remains too fast for the arm is
-the trajectory fit's (`pose_core.retarget.trajectory`).
+turn). What remains too fast for the arm is the trajectory fit's (`pose_core.retarget.trajectory`).
 
 Convention:
     Steps are uniform in time (the profile's control rate), ``dt = 1 / fps``. Poses are ``(F, 4, 4)``
@@ -96,7 +96,7 @@ def smooth_tool_poses(base_from_tool: FloatArray, fps: float, opts: SmoothingOpt
     for run in finite_runs(np.all(np.isfinite(poses.reshape(len(poses), -1)), axis=1)):
         win = _window(opts.position_window_s, fps, len(run), opts.polyorder)
         if win:
-            poses[run, :3, 3] = savgol_filter(poses[run, :3, 3], win, opts.polyorder, axis=0, mode="mirror")
+            poses[run, :3, 3] = savgol_filter(poses[run, :3, 3], win, opts.polyorder, axis=0, mode="interp")
         win = _window(opts.orientation_window_s, fps, len(run), opts.polyorder)
         if not win:
             continue

@@ -4,13 +4,16 @@ The per-step IK (`pose_core.retarget.arm`) follows each target as it comes, with
 the step before; what it cannot see is the acceleration a robot needs to follow a target that jitters,
 and which of several nearby joint motions costs the tool least. This module fits all steps at once:
 
-    min_q  sum_k |S_k e_k(q_k)|^2 + eps |q_k - q_ik,k|^2
+    min_q  sum_k rho(|S_k e_k(q_k)|) + eps |q_k - q_ik,k|^2
     s.t.   lower <= q_k <= upper,  |q_k+1 - q_k| <= v dt,  |q_k+1 - 2 q_k + q_k-1| <= a dt^2
 
 with ``e_k`` the tool's pose error against its (kept) target (`pose_core.retarget.orientation`) and
 ``S_k`` its weights (position over the profile's position tolerance, orientation rows over the
 approach tolerance times the profile's row weights); steps without a hand have ``S_k = 0`` and the arm
-crosses them smoothly. Levenberg-Marquardt: each outer iteration linearises ``e_k`` at the current
+crosses them smoothly. ``rho`` is Cauchy's loss ``c^2 log(1 + (r / c)^2)`` (``c = robust_scale``
+tolerances): a step whose target is far out of reach weighs little, so the arm does not leave the steps
+it can reach early to head for it (with squares it did, seconds ahead). Levenberg-Marquardt with
+iteratively reweighted rows: each outer iteration linearises ``e_k`` at the current
 joints and solves the convex QP (plus a damping term on the step) by ADMM (over-relaxed, warm-started
 from the last accepted QP) on the block-banded system of all steps (time-major variables, bandwidth 2J:
 no QP library); a step that lowers the true cost is taken and the damping divided by 3, else the
@@ -61,13 +64,16 @@ class TrajectoryOptions:
     # Weight of staying at the IK's joints, per rad^2, against a squared weighted tool error of 1 (a
     # position error of one position tolerance): small, it only fixes what the tool does not see.
     joint_weight: float = 1e-2
+    # Scale of the Cauchy loss on a step's weighted tool error, in tolerances: errors well beyond it count
+    # little (an unreachable target does not pull the arm off the reachable ones).
+    robust_scale: float = 3.0
     # The fit aims this fraction inside the speed and acceleration limits, so that ADMM's residual
     # stays within the limits once speeds are clipped exactly.
     margin: float = 0.03
 
     def __post_init__(self) -> None:
         iterations = (self.outer_iterations, self.admm_iterations, self.projection_iterations)
-        if min(iterations) < 1 or self.joint_weight <= 0:
+        if min(iterations) < 1 or self.joint_weight <= 0 or self.robust_scale <= 0:
             raise ValueError("retarget trajectory: iterations >= 1 and joint_weight > 0")
         if not 0.0 <= self.margin < 0.5:
             raise ValueError(f"retarget trajectory: margin must be in [0, 0.5), got {self.margin}")
@@ -175,9 +181,11 @@ def project_to_limits(  # noqa: PLR0913 - the joints and their limits
     return np.clip(q, lower, upper)
 
 
-def _cost(residuals: Residuals, q: FloatArray, q_ik: FloatArray, joint_weight: float) -> float:
+def _cost(residuals: Residuals, q: FloatArray, q_ik: FloatArray, opts: TrajectoryOptions) -> float:
     r, _ = residuals(q)
-    return float(np.sum(r * r) + joint_weight * np.sum((q - q_ik) ** 2))
+    c2 = opts.robust_scale**2
+    tool = c2 * np.sum(np.log1p(np.sum(r * r, axis=1) / c2))
+    return float(tool + opts.joint_weight * np.sum((q - q_ik) ** 2))
 
 
 def fit_trajectory(  # noqa: PLR0913 - the residuals, the start and the limits
@@ -227,6 +235,8 @@ def fit_trajectory(  # noqa: PLR0913 - the residuals, the start and the limits
     rho, warm = None, None
     for _ in range(opts.outer_iterations):
         r, jac = residuals(q)  # (F, R), (F, R, J)
+        root = np.sqrt(1.0 / (1.0 + np.sum(r * r, axis=1) / opts.robust_scale**2))  # IRLS weights of Cauchy
+        r, jac = r * root[:, None], jac * root[:, None, None]
         blocks = np.einsum("frj,frk->fjk", jac, jac)
         if damping is None:
             damping = opts.initial_damping * float(np.mean(np.trace(blocks, axis1=1, axis2=2))) / joints
@@ -239,7 +249,7 @@ def fit_trajectory(  # noqa: PLR0913 - the residuals, the start and the limits
         x, state = _admm(hessian, gradient, a_mat, (lo, hi), q.ravel(), bandwidth, opts.admm_iterations, rho,
                          warm)
         candidate = x.reshape(frames, joints)
-        new_cost = _cost(residuals, candidate, q_ik, opts.joint_weight)
+        new_cost = _cost(residuals, candidate, q_ik, opts)
         if new_cost < cost:  # Levenberg-Marquardt: accept and trust the linearisation more
             q, cost, warm, damping = candidate, new_cost, state, damping / 3.0
         else:
