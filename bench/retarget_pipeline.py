@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from bench.report import provenance
-from pose_core.retarget.quality import VALID_STATES, retarget_figures
+from pose_core.retarget.quality import retarget_figures
 
 SYNTHETIC = (("synth_table_1", "table", 1, 300), ("synth_table_2", "table", 2, 300),
              ("synth_table_3", "table", 3, 300), ("synth_hard_14", "hard", 14, 600))
@@ -95,11 +95,13 @@ def _pooled(actions: Any, quality: Any) -> dict[str, Any]:
     """Figures of one robot's steps over all episodes it was not refused for (valid, errors pooled)."""
     rows = actions[actions["refused"].isna()]
     if "hand_state" not in rows:  # an older egolake: a step had a hand where it had joints
-        rows = rows.assign(hand_state=np.where(rows["joint_positions"].notna(), "observed", "missing"),
-                           approach_error_rad=np.nan, closing_error_rad=rows["ee_error_rad"], target_shift_m=0.0)
-    violations = (0, 0, 0) if quality is None else tuple(
-        int(quality[k].sum()) for k in ("limit_violations", "speed_violations", "acceleration_violations"))
-    fig = retarget_figures(rows["hand_state"].to_numpy(object), rows["reachable"].fillna(False).to_numpy(bool),
+        states = np.where(rows["joint_positions"].notna(), "observed", "missing")
+        rows = rows.assign(hand_state=states, approach_error_rad=np.nan,
+                           closing_error_rad=rows["ee_error_rad"], target_shift_m=0.0)
+    keys = ("limit_violations", "speed_violations", "acceleration_violations")
+    violations = (0, 0, 0) if quality is None else tuple(int(quality[k].sum()) for k in keys)
+    reachable = rows["reachable"].fillna(False).to_numpy(bool)
+    fig = retarget_figures(rows["hand_state"].to_numpy(object), reachable,
                            *(rows[c].to_numpy(float) for c in _ERRORS), violations)
     return {k: _nan_none(v) if isinstance(v, float) else v for k, v in fig.to_dict().items()}
 
@@ -144,10 +146,12 @@ def _cell(key: str, value: Any) -> str:
     return str(value)
 
 
-COLUMNS = ("output", "robot", "episodes", "refused", "passed", "steps", "valid_fraction", "reachable_fraction",
-           "position_error_median_m", "position_error_p95_m", "approach_error_median_rad", "approach_error_p95_rad",
-           "closing_error_median_rad", "closing_error_p95_rad", "target_shift_p95_m", "limit_violations",
-           "speed_violations", "acceleration_violations", "dataset")
+COLUMNS = (
+    "output", "robot", "episodes", "refused", "passed", "steps", "valid_fraction", "reachable_fraction",
+    "position_error_median_m", "position_error_p95_m", "approach_error_median_rad", "approach_error_p95_rad",
+    "closing_error_median_rad", "closing_error_p95_rad", "target_shift_p95_m", "limit_violations",
+    "speed_violations", "acceleration_violations", "dataset",
+)
 
 
 def _table_md(rows: list[dict[str, Any]]) -> list[str]:
@@ -180,22 +184,26 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "retarget.json").write_text(json.dumps({**meta, "rows": rows, "before": before}, indent=2) + "\n")
-    lines = ["# Retargeting on the pipeline's own output (issue 22)", "",
-             *(f"- {k}: {v}" for k, v in meta.items()),
-             "- outputs: `demo` (egolake demo, 150 frames, IMU scale) and the synthetic episodes (jobs.sample: "
-             "table seeds 1-3 at 300 frames, hard at 600), each through the whole pipeline with "
-             f"`--set embodiments=[{args.robots}]`; an episode without an IMU scale gets the user scale of its "
-             "camera path's Sim(3) fit to ground truth (`fusion.user_metres_per_unit`).",
-             "- figures pool both hands' control steps over the output's episodes the robot was not refused for "
-             "(no metric scale: `refused`); valid = a hand observed or gap-filled within 0.9 m of the camera; "
-             "reachable = of the valid steps; errors over valid steps against the smoothed targets, robot base "
-             "frame; shift = how far smoothing moved the targets from the hands; `passed` = episodes within "
-             "retarget.quality (kept by the robot dataset).", "", *_table_md(rows), ""]
+    lines = [
+        "# Retargeting on the pipeline's own output (issue 22)", "",
+        *(f"- {k}: {v}" for k, v in meta.items()),
+        "- outputs: `demo` (egolake demo, 150 frames, IMU scale) and the synthetic episodes (jobs.sample: "
+        "table seeds 1-3 at 300 frames, hard at 600), each through the whole pipeline with "
+        f"`--set embodiments=[{args.robots}]`; an episode without an IMU scale gets the user scale of its "
+        "camera path's Sim(3) fit to ground truth (`fusion.user_metres_per_unit`).",
+        "- figures pool both hands' control steps over the output's episodes the robot was not refused for "
+        "(no metric scale: `refused`); valid = a hand observed or gap-filled within 0.9 m of the camera; "
+        "reachable = of the valid steps; errors over valid steps against the smoothed targets, robot base "
+        "frame; shift = how far smoothing moved the targets from the hands; `passed` = episodes within "
+        "retarget.quality (kept by the robot dataset).", "", *_table_md(rows), "",
+    ]
     if before:
-        lines += ["## Before (the same outputs' hands through the retargeting of the older egolake)", "",
-                  "An older egolake has no hand states (valid = joints written), no approach/closing split "
-                  "(closing column = its full rotation error) and counted every orientation miss as unreachable.",
-                  "", *_table_md(before), ""]
+        lines += [
+            "## Before (the same outputs' hands through the retargeting of the older egolake)", "",
+            "An older egolake has no hand states (valid = joints written), no approach/closing split "
+            "(closing column = its full rotation error) and counted every orientation miss as unreachable.",
+            "", *_table_md(before), "",
+        ]
     reasons = sorted({r for row in rows for r in row.get("reasons", [])})
     if reasons:
         lines += ["## Reasons episodes were left out", "", *(f"- {r}" for r in reasons), ""]

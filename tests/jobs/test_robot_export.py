@@ -74,8 +74,9 @@ def robot_run(spark, shared_data, tmp_path_factory):
     copy_episode(
         spark, out, episode, NO_SCALE, {"hands_world": {"scale_source": "none", "metres_per_unit": None}}
     )
-    far_hand = [[0.0, 0.0, 5.0] * 21]  # every keypoint 5 m in front of the first camera
-    copy_episode(spark, out, episode, FAR, {"hands_world": {"keypoints_world_m": far_hand}})
+    far_hand = [0.0, 0.0, 5.0] * 21  # every keypoint 5 m in front of the first camera
+    far = {"hands_world": {"keypoints_world_m": lambda rows: [far_hand] * len(rows)}}
+    copy_episode(spark, out, episode, FAR, far)
     summary = run_pipeline(spark, cfg, None, out, stages=["retarget", "export"])
     return out, cfg, summary, profiles
 
