@@ -75,15 +75,16 @@ def run_outputs(spark: Any, work: Path, settings: list[str]) -> dict[str, str]:
     for label, scene, seed, frames in SYNTHETIC:
         out = work / label
         outputs[label] = str(out)
-        if (out / "tables").is_dir():
-            continue
-        paths = write_sample(out / "sample", SampleOptions(frames=frames, seed=seed, scene=scene))
-        run_pipeline(spark, cfg, str(out / "sample" / "videos"), str(out))
+        videos = str(out / "sample" / "videos")
+        sample = SampleOptions(frames=frames, seed=seed, scene=scene)
+        if not (out / "tables").is_dir():
+            write_sample(out / "sample", sample)
+            run_pipeline(spark, cfg, videos, str(out))
         hands = _table(spark, str(out), "hands_world")
         if hands is not None and set(hands["scale_source"].dropna()) <= {"none"}:
-            scale = _user_scale(spark, str(out), Path(paths["world_from_cam"]).parent)
+            scale = _user_scale(spark, str(out), out / "sample" / "ground_truth" / sample.stem)
             with_scale = load_config([], [*settings, f"fusion.user_metres_per_unit={scale}"])
-            run_pipeline(spark, with_scale, None, str(out), from_stage="fusion")
+            run_pipeline(spark, with_scale, videos, str(out), from_stage="fusion")
     return outputs
 
 

@@ -219,7 +219,13 @@ def _camera_centres(axis: pd.DataFrame, hands: pd.DataFrame) -> np.ndarray:
 
 
 def _scale_refusal(hands: pd.DataFrame) -> str | None:
-    """Why arms cannot be retargeted in this episode (no metric scale), or None when they can."""
+    """Why arms cannot be retargeted in this episode (no metric scale), or None when they can.
+
+    HOOK (scale uncertainty, issue 22): hands_world has no uncertainty of `metres_per_unit` yet (fusion's
+    metric scale from the hands is in progress). When it has one, refuse here above a relative bound
+    (conf), or carry it into `robot_quality`: an arm's position errors are in metres only to that
+    accuracy.
+    """
     sources = sorted({str(s) for s in hands["scale_source"].dropna()})
     if len(sources) == 1 and sources[0] in SCALE_SOURCES:
         return None
