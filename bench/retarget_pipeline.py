@@ -1,14 +1,15 @@
 """Retargeting measured on the pipeline's own output (issue 22), not on ideal hands.
 
     python -m bench.retarget_pipeline --work WORK --out bench/results [--robots so100,panda]
-        [--robots-dir ../shared/data/robots] [--before WORK_OF_AN_OLDER_RUN]
+        [--robots-dir ../shared/data/robots] [--from-stage retarget] [--before WORK_OF_AN_OLDER_RUN]
 
 Runs the demo (`egolake demo`: the 150-frame synthetic clip, IMU scale) and the project's synthetic
 episodes (`jobs.sample`: table seeds 1-3 at 300 frames, the `hard` preset at 600) through the whole
 pipeline with `embodiments` set, each into its own output under WORK (kept: a second call only
-reports). An episode whose IMU gives no metric scale gets the user's scale (`fusion.user_metres_per_unit`,
-the documented way to give one): the Sim(3) scale of its tracked camera path against the sample's
-ground truth, as tests/jobs/test_robot_export.py does; its fusion and later stages run again with it.
+reports, or runs them again from `--from-stage`). An episode whose IMU gives no metric scale gets the
+user's scale (`fusion.user_metres_per_unit`, the documented way to give one): the Sim(3) scale of its
+tracked camera path against the sample's ground truth, as tests/jobs/test_robot_export.py does; its
+fusion and later stages run again with it.
 Writes `retarget.{md,json}`: per output, robot and episode the `robot_quality` figures, pooled per
 robot over the episodes from the `robot_actions` rows, and the robot datasets' versions. `--before`
 reads outputs written by an older egolake (no `robot_quality`: figures from `robot_actions`, where
@@ -61,8 +62,8 @@ def _table(spark: Any, out: str, name: str) -> Any:
     return read(spark, Layout(out), schema).toPandas()
 
 
-def run_outputs(spark: Any, work: Path, settings: list[str]) -> dict[str, str]:
-    """Every output (label -> folder): run when its folder has no tables yet."""
+def run_outputs(spark: Any, work: Path, settings: list[str], from_stage: str | None = None) -> dict[str, str]:
+    """Every output (label -> folder): run when its folder has no tables yet, else again from `from_stage`."""
     from jobs.cli import run_demo
     from jobs.config import load_config
     from jobs.pipeline import run_pipeline
@@ -72,19 +73,26 @@ def run_outputs(spark: Any, work: Path, settings: list[str]) -> dict[str, str]:
     outputs = {"demo": str(work / "demo")}
     if not (work / "demo" / "tables").is_dir():
         run_demo(spark, cfg, outputs["demo"])
+    elif from_stage:
+        demo_videos = str(work / "demo" / "sample" / "videos")
+        run_pipeline(spark, cfg, demo_videos, outputs["demo"], from_stage=from_stage)
     for label, scene, seed, frames in SYNTHETIC:
         out = work / label
         outputs[label] = str(out)
         videos = str(out / "sample" / "videos")
         sample = SampleOptions(frames=frames, seed=seed, scene=scene)
-        if not (out / "tables").is_dir():
+        fresh = not (out / "tables").is_dir()
+        if fresh:
             write_sample(out / "sample", sample)
             run_pipeline(spark, cfg, videos, str(out))
-        hands = _table(spark, str(out), "hands_world")
-        if hands is not None and set(hands["scale_source"].dropna()) <= {"none"}:
+        sources = set(_table(spark, str(out), "hands_world")["scale_source"].dropna())
+        if sources <= {"none", "user"}:  # no IMU scale: the user's, from ground truth (again when rerun)
             scale = _user_scale(spark, str(out), out / "sample" / "ground_truth" / sample.stem)
             with_scale = load_config([], [*settings, f"fusion.user_metres_per_unit={scale}"])
-            run_pipeline(spark, with_scale, videos, str(out), from_stage="fusion")
+            if fresh or "none" in sources or from_stage:
+                run_pipeline(spark, with_scale, videos, str(out), from_stage=from_stage or "fusion")
+        elif from_stage and not fresh:
+            run_pipeline(spark, cfg, videos, str(out), from_stage=from_stage)
     return outputs
 
 
@@ -174,11 +182,12 @@ def main() -> None:
     parser.add_argument("--robots", default="so100,panda")
     parser.add_argument("--robots-dir", default=os.environ.get("EGOLAKE_ROBOTS_DIR", "../shared/data/robots"))
     parser.add_argument("--before", help="outputs of an older egolake (same layout as WORK) to compare with")
+    parser.add_argument("--from-stage", help="run the existing outputs again from this stage (e.g. retarget)")
     args = parser.parse_args()
     init_logging(False)
     settings = _settings(args.robots.split(","), str(Path(args.robots_dir).resolve()))
     spark = build_spark(load_config([], settings).spark)
-    outputs = run_outputs(spark, Path(args.work), settings)
+    outputs = run_outputs(spark, Path(args.work), settings, args.from_stage)
     rows = measure(spark, outputs)
     before = measure(spark, {k: str(Path(args.before, k)) for k in outputs}) if args.before else []
     meta = provenance("bench.retarget_pipeline")

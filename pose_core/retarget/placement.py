@@ -56,7 +56,7 @@ class PlacementOptions:
     """Knobs of the per-episode base search."""
 
     # Steps of the trajectory that score a candidate (farthest-point sampling of position and approach).
-    probe_steps: int = 10
+    probe_steps: int = 30
     # Coarse grid: the base turns about the vertical through the workspace centre within +- this, radians,
     yaw_range_rad: float = math.radians(60.0)
     # in steps of this, radians,

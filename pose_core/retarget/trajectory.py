@@ -47,6 +47,7 @@ FloatArray = NDArray[np.float64]
 Residuals = Callable[[FloatArray], tuple[FloatArray, FloatArray]]
 
 _RELAXATION = 1.6  # ADMM over-relaxation (1.5-1.8 is the usual range)
+_PROJECTION_ROUNDS = 5  # rounds of `projection_iterations` at most, while the limits are not met
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,8 @@ def project_to_limits(  # noqa: PLR0913 - the joints and their limits
 ) -> FloatArray:
     """The joints nearest to ``q (F, J)`` (least squares, joint by joint) within the limits.
 
-    Exact but for accelerations, which hold within ADMM's residual inside ``opts.margin``.
+    Exact but for accelerations, which hold within ADMM's residual inside ``opts.margin``: another round
+    of ``projection_iterations`` runs (warm) while a joint still breaks its limits (at most 5).
 
     Args:
         q: joints ``(F, J)``.
@@ -172,8 +174,13 @@ def project_to_limits(  # noqa: PLR0913 - the joints and their limits
             ones = np.ones(2 * frames - 3)
             limits = (np.concatenate([np.full(frames, lower[j]), -ones]),
                       np.concatenate([np.full(frames, upper[j]), ones]))
-            columns.append(_admm(sparse.identity(frames, format="csr"), q[:, j], a_mat, limits, q[:, j], 2,
-                                 opts.projection_iterations, 1.0)[0])
+            x, state = q[:, j], None
+            for _ in range(_PROJECTION_ROUNDS):  # more rounds, warm-started, while a limit is still broken
+                x, state = _admm(sparse.identity(frames, format="csr"), q[:, j], a_mat, limits, x, 2,
+                                 opts.projection_iterations, 1.0, state)
+                if np.all(np.abs(a_mat[frames:] @ x) <= 1.0 / shrink):
+                    break
+            columns.append(x)
         q = np.stack(columns, axis=1)
     q = np.clip(q, lower, upper)
     for k in range(1, frames):  # exact speeds (a no-op where ADMM converged inside the margin)
