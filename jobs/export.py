@@ -21,7 +21,8 @@ videos, qa) and the write.
 An episode whose unit fails is left out and the export is redone without it (indices must be
 contiguous); its `runs` row is failed. Per-robot datasets `<name>-<embodiment>` (issue #7) take the
 same path with `robot_actions` rows instead of `hands_world` (state = joint positions + gripper of
-each followed hand, action = next / delta), one version history each.
+each followed hand, action = next / delta), one version history each; which episodes they take and
+their retargeting figures: `jobs.robot_export`.
 """
 
 from __future__ import annotations
@@ -40,11 +41,21 @@ from pyspark.sql import functions as F
 
 from jobs import datasets
 from jobs.config import encode
+from jobs.robot_export import retarget_report, robot_targets
 from jobs.stage import EpisodeOutcome, StageContext, latest_runs, now
 from jobs.tables import Lineage, exists, read
 from pose_core.training import HAND_IDENTITIES
 from schemas.base import spark_schema
-from schemas.tables import CAMERA_POSES, CAMERAS, FRAMES, HANDS_WORLD, QA, ROBOT_ACTIONS, VIDEOS
+from schemas.tables import (
+    CAMERA_POSES,
+    CAMERAS,
+    FRAMES,
+    HANDS_WORLD,
+    QA,
+    ROBOT_ACTIONS,
+    ROBOT_QUALITY,
+    VIDEOS,
+)
 from udfs.guard import ERROR_KIND, guarded_schema
 from udfs.lerobot import ExportOptions, dataset_spec
 from udfs.lerobot.dataset import finish_dataset, plan_episodes, write_card
@@ -364,70 +375,6 @@ def _usable(ctx: StageContext, opts: ExportOptions) -> tuple[pd.DataFrame, dict[
     return summary[~summary["episode_id"].isin(excluded)].reset_index(drop=True), excluded
 
 
-def _robot_targets(
-    ctx: StageContext, opts: ExportOptions, summary: pd.DataFrame, excluded: dict[str, str]
-) -> list[tuple[RobotLayout, pd.DataFrame, dict[str, str]]]:
-    """Per embodiment in `robot_actions`: its layout, the usable episodes it has rows for, its exclusions.
-
-    Episodes the retarget stage refused for an embodiment (`refused`, e.g. no metric scale) are left out
-    of its dataset with that reason. The dataset's rate is the embodiment's `control_fps` (the rate most
-    of its episodes were retargeted at); an episode retargeted at another rate (the profile changed and
-    retarget has not run again) is left out, saying so.
-    """
-    if not opts.robot_datasets or summary.empty or not exists(ctx.layout, ROBOT_ACTIONS):
-        return []
-    rows = read(ctx.spark, ctx.layout, ROBOT_ACTIONS).where(
-        F.col("episode_id").isin(list(summary["episode_id"]))
-    )
-    arms = (
-        rows.groupBy("embodiment", "identity")
-        .agg(
-            F.first("joint_names", ignorenulls=True).alias("joint_names"),
-            F.max(F.col("gripper").isNotNull().cast("int")).alias("gripper"),
-        )
-        .toPandas()
-    )
-    episodes = (
-        rows.groupBy("embodiment", "episode_id")
-        .agg(
-            F.first("config_hash").alias("robot_config_hash"),
-            F.max("control_fps").alias("control_fps"),
-            F.first("refused", ignorenulls=True).alias("refused"),
-        )
-        .toPandas()
-    )
-    targets = []
-    arms = arms[arms["joint_names"].notna()].sort_values(["embodiment", "identity"])
-    for embodiment, mine in arms.groupby("embodiment"):
-        grip = [bool(g) for g in mine["gripper"]]
-        names = tuple(
-            tuple([*j, "gripper"] if g else list(j)) for j, g in zip(mine["joint_names"], grip, strict=True)
-        )
-        own = episodes[episodes["embodiment"] == embodiment]
-        rates = own.loc[own["refused"].isna(), "control_fps"]
-        fps = int(rates.mode().max() if len(rates) else own["control_fps"].max())
-        layout = RobotLayout(str(embodiment), tuple(mine["identity"]), names, tuple(grip), fps)
-        why = {
-            r.episode_id: f"retarget refused: {r.refused}" for r in own[own["refused"].notna()].itertuples()
-        }
-        why.update(
-            {
-                r.episode_id: f"robot_actions at {r.control_fps} Hz, the dataset at {fps} Hz: rerun retarget"
-                for r in own[own["refused"].isna() & (own["control_fps"] != fps)].itertuples()
-            }
-        )
-        why.update(
-            {
-                e: f"no robot_actions rows for {embodiment}"
-                for e in summary["episode_id"]
-                if e not in set(own["episode_id"])
-            }
-        )
-        ok = summary.merge(own[["episode_id", "robot_config_hash"]], on="episode_id")
-        targets.append((layout, ok[~ok["episode_id"].isin(why)].reset_index(drop=True), {**excluded, **why}))
-    return targets
-
-
 def _publish_dataset(  # noqa: PLR0913 - one dataset: where, what, and which episodes
     ctx: StageContext,
     lineage: Lineage,
@@ -466,6 +413,8 @@ def _publish_dataset(  # noqa: PLR0913 - one dataset: where, what, and which epi
         spec = dataset_spec(opts) if robot is None else robot_spec(opts, robot)
         finish_dataset(staging, spec, opts.tensors.fps, plan, metas, tasks)
         manifest = _manifest(ctx, lineage, opts, plan, metas, {**excluded, **failed}, fingerprint, robot)
+        if robot is not None and exists(ctx.layout, ROBOT_QUALITY):
+            manifest["retarget"] = retarget_report(ctx, robot, list(plan["episode_id"]))
         notes = _CARD_NOTES.format(
             action_mode=opts.tensors.action_mode,
             codec=opts.codec,
@@ -502,7 +451,7 @@ def run(ctx: StageContext, lineage: Lineage) -> ExportResult:
     opts: ExportOptions = ctx.cfg.export
     summary, excluded = _usable(ctx, opts)
     result = _publish_dataset(ctx, lineage, opts.name, summary, excluded, None)
-    for robot, robot_summary, robot_excluded in _robot_targets(ctx, opts, summary, excluded):
+    for robot, robot_summary, robot_excluded in robot_targets(ctx, opts, summary, excluded):
         name = f"{opts.name}-{robot.embodiment}"
         robot_result = _publish_dataset(ctx, lineage, name, robot_summary, robot_excluded, robot)
         result.robot_versions[name] = robot_result.version

@@ -1,7 +1,8 @@
 """Stage `qa`: per-episode quality flags and evidence pages (groupBy(episode_id).applyInPandas) into `qa`.
 
 Each episode's light rows (frames, camera poses, hands, intrinsics, sparse points, actions, its
-videos row) are stacked into one group (`udfs.multi_output`); the executor decodes the video
+videos row, and its `robot_actions` when retargeting has run: the arms drawn beside the hands) are
+stacked into one group (`udfs.multi_output`); the executor decodes the video
 itself for the overlay and writes OUTPUT/qa/<episode_id>/ (index.html, overlay.mp4, thumb.jpg).
 After each batch the driver rewrites the batch index OUTPUT/qa/index.html from the small `qa`,
 `videos`, `quarantine` and `runs` tables.
@@ -25,9 +26,9 @@ from jobs.stage import (
     read_stacked,
     write_guarded,
 )
-from jobs.tables import Layout, Lineage, read
+from jobs.tables import Layout, Lineage, exists, read
 from schemas.tables import QA, QUARANTINE, VIDEOS
-from udfs.qa_report import QA_INPUTS, index_page, qa_unit
+from udfs.qa_report import QA_INPUTS, ROBOT_INPUT, index_page, qa_unit
 
 __all__ = ["INDEX_NAME", "STAGE", "index_path", "process", "write_index"]
 
@@ -75,7 +76,8 @@ def write_index(ctx: StageContext) -> str:
 
 def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[EpisodeOutcome]:
     """Check the episodes, write their pages and `qa` rows, then the batch index."""
-    inputs = read_stacked(ctx, episodes, QA_INPUTS, {}).where(F.col("episode_id").isin(episodes))
+    tables = (*QA_INPUTS, ROBOT_INPUT) if exists(ctx.layout, ROBOT_INPUT) else QA_INPUTS
+    inputs = read_stacked(ctx, episodes, tables, {}).where(F.col("episode_id").isin(episodes))
     unit = partial(qa_unit, opts=ctx.cfg.qa, qa_root=os.path.abspath(ctx.layout.qa))
     outcomes = write_guarded(ctx, lineage, episodes, apply_per_episode(inputs, unit, (QA,)), QA)
     write_index(ctx)
@@ -84,9 +86,10 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
 
 STAGE = Stage(
     name="qa",
-    version="1",
+    version="2",
     upstream="actions",
-    config_sections=("qa",),
+    # The page draws the retargeted arms: a change of robots or retargeting renders it again.
+    config_sections=("qa", "embodiments", "retarget"),
     outputs=(QA,),
     process=process,
 )

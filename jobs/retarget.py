@@ -1,7 +1,9 @@
-"""Stage `retarget`: wearer hands to robot joint trajectories per episode (cogroup) into `robot_actions`.
+"""Stage `retarget`: wearer hands to robot joint trajectories per episode: `robot_actions`, `robot_quality`.
 
-Inputs are light columns only: `frames` (the time axis) and `hands_world` (world keypoints of the
-retargeted identities, the episode's scale source). The robots are `cfg.embodiments`
+Inputs are light columns only: `frames` (the time axis) with each frame's camera centre from
+`camera_poses` (left join: hands beyond a human arm's reach of it are not followed), and `hands_world`
+(world keypoints of the retargeted identities, gap-filled or not, the episode's scale and gravity), in
+one cogroup per episode. The robots are `cfg.embodiments`
 (`--set embodiments=[so100,panda]`); with none the stage writes nothing and says so. Profiles and URDFs
 are loaded on the driver first, so a missing profile or URDF fails the batch with an error naming it
 before any Spark job starts. The profiles' text is part of the stage's config hash (`inputs_digest`).
@@ -15,19 +17,23 @@ from functools import partial
 from pyspark.sql import functions as F
 
 from jobs.stage import EpisodeOutcome, Stage, StageContext, now, write_guarded
-from jobs.tables import Lineage, read
+from jobs.tables import Lineage, exists, read
 from schemas.base import spark_schema
-from schemas.tables import FRAMES, HANDS_WORLD, ROBOT_ACTIONS
+from schemas.tables import CAMERA_POSES, FRAMES, HANDS_WORLD, ROBOT_ACTIONS, ROBOT_QUALITY
 from udfs.guard import guarded_schema
 from udfs.retarget import (
+    CAMERA_COLUMN,
     FRAME_COLUMNS,
     GRAVITY_COLUMN,
     HAND_COLUMNS,
+    OUTPUT_SCHEMA,
     SCALE_COLUMNS,
     guarded_retarget,
     load_embodiments,
     profiles_digest,
 )
+
+_OPTIONAL_HAND_COLUMNS = ("filled", GRAVITY_COLUMN, *SCALE_COLUMNS)
 
 __all__ = ["STAGE", "process"]
 
@@ -38,24 +44,31 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
     """Retarget the episodes' wearer hands to every configured embodiment and write `robot_actions`."""
     names, opts = ctx.cfg.embodiments, ctx.cfg.retarget
     if not names:
-        logger.info("retarget: no embodiments configured (e.g. --set embodiments=[so100,panda]); "
-                    "%d episodes, nothing written", len(episodes))
+        logger.info(
+            "retarget: no embodiments configured (e.g. --set embodiments=[so100,panda]); "
+            "%d episodes, nothing written",
+            len(episodes),
+        )
         return [EpisodeOutcome(e, "ok", 0, None, now(), now()) for e in episodes]
     for emb in load_embodiments(names, opts):
         logger.info("retarget: %s (%s, %d joints)", emb.name, emb.kind, emb.model.num_joints)
     in_scope = F.col("episode_id").isin(episodes)
     frames = read(ctx.spark, ctx.layout, FRAMES).where(in_scope).select(*FRAME_COLUMNS)
+    if exists(ctx.layout, CAMERA_POSES):
+        centres = read(ctx.spark, ctx.layout, CAMERA_POSES).where(in_scope)
+        centres = centres.select("episode_id", "frame_idx", CAMERA_COLUMN)
+        frames = frames.join(centres, ["episode_id", "frame_idx"], "left")
     retargeted = F.col("identity").isin(list(opts.identities))
     hands = read(ctx.spark, ctx.layout, HANDS_WORLD).where(in_scope & retargeted)
-    optional = [c for c in (GRAVITY_COLUMN, *SCALE_COLUMNS) if c in hands.columns]
-    hands = hands.select(*HAND_COLUMNS, *optional)
+    hands = hands.select(*HAND_COLUMNS, *(c for c in _OPTIONAL_HAND_COLUMNS if c in hands.columns))
     result = (
         frames.groupBy("episode_id")
         .cogroup(hands.groupBy("episode_id"))
-        .applyInPandas(partial(guarded_retarget, names=names, opts=opts),
-                       spark_schema(guarded_schema(ROBOT_ACTIONS.arrow)))
+        .applyInPandas(
+            partial(guarded_retarget, names=names, opts=opts), spark_schema(guarded_schema(OUTPUT_SCHEMA))
+        )
     )
-    return write_guarded(ctx, lineage, episodes, result, ROBOT_ACTIONS)
+    return write_guarded(ctx, lineage, episodes, result, ROBOT_ACTIONS, ROBOT_QUALITY)
 
 
 STAGE = Stage(
@@ -63,7 +76,7 @@ STAGE = Stage(
     version="3",
     upstream="fusion",
     config_sections=("embodiments", "retarget"),
-    outputs=(ROBOT_ACTIONS,),
+    outputs=(ROBOT_ACTIONS, ROBOT_QUALITY),
     process=process,
     inputs_digest=lambda cfg: profiles_digest(cfg.embodiments, cfg.retarget),
 )

@@ -19,6 +19,7 @@ from schemas.tables import (
     QA,
     QUARANTINE,
     ROBOT_ACTIONS,
+    ROBOT_QUALITY,
     RUNS,
     SHARDS,
     TRACKS,
@@ -32,7 +33,7 @@ TABLES: dict[str, TableSchema] = {
     for t in (
         VIDEOS, SHARDS, QUARANTINE, RUNS, FRAMES, FEATURES, HANDS_CAM, HANDS_WORLD,
         CAMERAS, TRACKS, KEYFRAMES, MAP_POINTS, KEYFRAME_POSES, BA_POINTS, BA_CAMERAS, CAMERA_POSES,
-        ACTIONS, ROBOT_ACTIONS, QA,
+        ACTIONS, ROBOT_ACTIONS, ROBOT_QUALITY, QA,
     )  # fmt: skip
 }
 

@@ -22,6 +22,7 @@ __all__ = [
     "QA",
     "QUARANTINE",
     "ROBOT_ACTIONS",
+    "ROBOT_QUALITY",
     "RUNS",
     "SHARDS",
     "TRACKS",
@@ -424,11 +425,56 @@ ROBOT_ACTIONS = TableSchema(
             pa.field("joint_names", pa.list_(pa.string())),  # order of `joint_positions`
             pa.field("joint_positions", _F64_LIST),  # rad or m, (J,); null where the hand is missing
             pa.field("gripper", pa.float64()),  # gripper command (profile units); null: no hand, or a hand
-            pa.field("ee_target_base", _F64_LIST),  # wanted tool pose in the robot base, 4x4 row-major; arms
+            pa.field("ee_target_base", _F64_LIST),  # wanted (smoothed) tool pose in the robot base, 4x4; arms
             pa.field("ee_base", _F64_LIST),  # reached tool pose, 4x4 row-major; arms
             pa.field("ee_error_m", pa.float32()),  # arm: tool position error; hand: mean vector error
-            pa.field("ee_error_rad", pa.float32()),  # orientation error of the reached pose; arms
+            pa.field("ee_error_rad", pa.float32()),  # rotation error to the target as the profile keeps it
             pa.field("reachable", pa.bool_()),  # within the profile's tolerances; false: flagged, not used
+            pa.field("hand_state", pa.string()),  # observed | filled (valid); missing | beyond_reach (not)
+            pa.field("approach_error_rad", pa.float32()),  # approach-axis error (profile's orientation); arms
+            pa.field("closing_error_rad", pa.float32()),  # closing-axis error; arms
+            pa.field("target_shift_m", pa.float32()),  # smoothed target to the hand's, base frame; arms
+            pa.field("arm_points_world", _F64_LIST),  # stick figure: base, joints, tool; world, m, (P, 3)
+        ]
+    ),
+)
+
+ROBOT_QUALITY = TableSchema(
+    name="robot_quality",
+    version="1",
+    key=("episode_id", "embodiment"),
+    partition_key="episode_id",
+    arrow=pa.schema(
+        [
+            pa.field("episode_id", pa.string(), nullable=False),
+            pa.field("embodiment", pa.string(), nullable=False),
+            pa.field("kind", pa.string()),  # arm | hand
+            pa.field("identities", pa.list_(pa.string())),  # the followed wearer hands (figures pool them)
+            pa.field("passed", pa.bool_(), nullable=False),  # within retarget.quality; false: left out
+            pa.field("flags", pa.list_(pa.string())),  # codes of the failed checks
+            pa.field("reasons", pa.list_(pa.string())),  # one sentence per flag
+            pa.field("steps", pa.int64()),  # control steps x followed hands
+            pa.field("valid_steps", pa.int64()),  # with a hand observed or gap-filled, within reach
+            pa.field("filled_steps", pa.int64()),
+            pa.field("missing_steps", pa.int64()),
+            pa.field("beyond_reach_steps", pa.int64()),
+            pa.field("reachable_steps", pa.int64()),  # valid and within the profile's tolerances
+            pa.field("valid_fraction", pa.float64()),
+            pa.field("reachable_fraction", pa.float64()),  # of the valid steps
+            pa.field("position_error_median_m", pa.float64()),  # tool (arm) or keypoint-vector (hand) error
+            pa.field("position_error_p95_m", pa.float64()),
+            pa.field("approach_error_median_rad", pa.float64()),
+            pa.field("approach_error_p95_rad", pa.float64()),
+            pa.field("closing_error_median_rad", pa.float64()),
+            pa.field("closing_error_p95_rad", pa.float64()),
+            pa.field("target_shift_p95_m", pa.float64()),  # how far smoothing moved the targets
+            pa.field("position_tol_m", pa.float64()),  # the profile's tolerances, for the record
+            pa.field("approach_tol_rad", pa.float64()),
+            pa.field("closing_tol_rad", pa.float64()),
+            pa.field("limit_violations", pa.int64()),
+            pa.field("speed_violations", pa.int64()),
+            pa.field("acceleration_violations", pa.int64()),
+            pa.field("hands_json", pa.string()),  # per hand: figures, world_from_base (4x4), base score
         ]
     ),
 )

@@ -4,11 +4,19 @@ from pose_core.retarget.arm import (
     RetargetOptions,
     RetargetResult,
     false_runs,
+    reached_from_home,
     retarget_wrist_trajectory,
-    world_from_base_at_wrists,
+    smoothed_world_targets,
 )
 from pose_core.retarget.embodiment import ROBOTS_DIR_ENV, Embodiment, load_embodiment
 from pose_core.retarget.hand import HandRetargetOptions, HandRetargetResult, retarget_hand_keypoints
+from pose_core.retarget.orientation import OrientationSpec
+from pose_core.retarget.placement import (
+    PlacementOptions,
+    search_base,
+    world_from_base_at_wrists,
+)
+from pose_core.retarget.smoothing import SmoothingOptions
 from pose_core.retarget.wrist import (
     as_right_hand,
     grip_aperture_from_keypoints,
@@ -21,15 +29,21 @@ __all__ = [
     "Embodiment",
     "HandRetargetOptions",
     "HandRetargetResult",
+    "OrientationSpec",
+    "PlacementOptions",
     "RetargetOptions",
     "RetargetResult",
+    "SmoothingOptions",
     "as_right_hand",
     "false_runs",
     "grip_aperture_from_keypoints",
     "keypoints_in_wrist",
     "load_embodiment",
+    "reached_from_home",
     "retarget_hand_keypoints",
     "retarget_wrist_trajectory",
+    "search_base",
+    "smoothed_world_targets",
     "world_from_base_at_wrists",
     "wrist_from_keypoints",
 ]

@@ -1,30 +1,33 @@
-"""Wrist trajectory -> robot arm joint trajectory: target mapping, chunked batched IK, limits, flags.
+"""Wrist trajectory -> robot arm joint trajectory: smoothed targets, chunked batched IK, limits, flags.
 
 Convention:
     ``base_from_tcp_target = S(base_from_world @ world_from_wrist) @ wrist_from_tcp`` where ``S`` scales
-    the position about the profile's workspace centre (`pose_core.retarget.embodiment`). IK controls
+    the position about the profile's workspace centre (`pose_core.retarget.placement`). IK controls
     the tool frame ``ee_link @ ee_from_tcp`` (the position task holds the tool point, also on a 5-DoF
-    arm whose tool orientation falls short).
+    arm whose tool orientation falls short). The orientation task and its errors are the profile's
+    (`pose_core.retarget.orientation`): what of the hand's orientation the tool keeps.
 
 Algorithm:
-    The first valid frame is solved from the home pose; if that fails, from it, home and ``restarts``
-    random seeds at once, keeping the solution within reach nearest to home (else the best). Later
-    frames are solved in chunks of ``chunk_frames``: every frame of a chunk starts from the last solved
-    frame and is bounded by the joint limits and by the velocity box ``q_last +- v_max * (t - t_last)``,
-    all in one batched DLS call; a frame that does not converge, or that lies outside the speed box of
-    the frame before it (batched rows can settle on different null-space configurations), is solved
-    again from the frame before it, with a null-space posture task towards the home pose that moves a
-    stretched-out (singular) arm back into its workspace. A frame still out of reach ("stuck": against
-    a joint limit, or on a branch that cannot follow) searches a solution from anywhere, nearest to its
-    current joints, every ``search_interval_s``, and moves towards it: with the tool point held on
-    target (the position task, the search's solution pulling in its null space) when only the
-    orientation is out of reach, straight at the speed limits when the position is lost too. A
-    sequential pass then clips each frame to ``q_prev +- v_max * dt`` (a no-op when the chunk's
-    solutions are continuous), so joint limits and speed limits hold exactly. Frames whose
-    target is NaN (no hand) are bridged by linear interpolation (`rate_limit`). Frames whose final
-    tool pose misses the target by more than the profile's reach tolerances, or that have no target,
-    are flagged ``reachable = False``: joints there are a bounded, continuous best effort, never a
-    silent fit.
+    The targets are smoothed run by run (`pose_core.retarget.smoothing.smooth_tool_poses`): every
+    error below is against the smoothed target, and ``target_shift_m`` says how far smoothing moved
+    it from the hand. The first valid step is solved from the home pose; if that fails, from it, home and
+    ``restarts`` random seeds at once, keeping the solution within reach nearest to home (else the
+    best). Later steps are solved in chunks of ``chunk_frames``: every step of a chunk starts from the
+    last solved step and is bounded by the joint limits and by the velocity box
+    ``q_last +- v_max * (t - t_last)``, all in one batched DLS call; a step that does not converge, or
+    that lies outside the speed box of the step before it (batched rows can settle on different
+    null-space configurations), is solved again from the step before it, with a null-space posture task
+    towards the home pose that moves a stretched-out (singular) arm back into its workspace. A step
+    still out of reach ("stuck": against a joint limit, or on a branch that cannot follow) searches a
+    solution from anywhere, nearest to its current joints, every ``search_interval_s``, and moves
+    towards it: with the tool point held on target (the position task, the search's solution pulling
+    in its null space) when only the orientation is out of reach, straight at the speed limits when
+    the position is lost too. Steps whose target is NaN (no hand) are bridged by linear interpolation
+    (`rate_limit`). Last, the joints are fitted to that solution within exact joint, speed and
+    acceleration limits (`pose_core.retarget.smoothing.limit_joint_trajectory`; steps without a hand
+    weigh nothing there). Steps whose final tool pose misses the target by more than the profile's
+    tolerances (position, approach, closing), or that have no target, are flagged ``reachable = False``:
+    joints there are a bounded, continuous best effort, never a silent fit.
 """
 
 from __future__ import annotations
@@ -39,19 +42,30 @@ from numpy.typing import NDArray
 from pose_core.errors import EgolakeError, ShapeError
 from pose_core.geometry.rigid3 import invert_rigid_matrices
 from pose_core.retarget.embodiment import Embodiment
-from pose_core.retarget.ik import IKOptions, IKSolution, pose_errors, solve_pose_ik
+from pose_core.retarget.ik import (
+    IKOptions,
+    IKSolution,
+    OrientationTask,
+    pose_errors,
+    solve_pose_ik,
+    tool_pose_and_jacobian,
+)
+from pose_core.retarget.orientation import axis_errors, kept_targets, task_weights
+from pose_core.retarget.placement import PlacementOptions, base_from_tcp_targets
+from pose_core.retarget.quality import joint_violations
+from pose_core.retarget.smoothing import SmoothingOptions, smooth_tool_poses
+from pose_core.retarget.trajectory import Residuals, TrajectoryOptions, fit_trajectory
 
 __all__ = [
     "RetargetOptions",
     "RetargetResult",
-    "base_from_tcp_targets",
     "false_runs",
+    "orientation_task",
     "rate_limit",
+    "reached_from_home",
     "retarget_wrist_trajectory",
+    "smoothed_world_targets",
     "solve_in_chunks",
-    "world_from_base_at_wrists",
-    "world_from_level",
-    "world_from_wrist_for_targets",
 ]
 
 logger = logging.getLogger(__name__)
@@ -60,24 +74,26 @@ FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 IntArray = NDArray[np.int64]
 
+_UNIFORM_STEPS = 1e-6  # relative spread of the step periods accepted as one control rate
+
 
 @dataclass(frozen=True)
 class RetargetOptions:
     """Knobs of arm retargeting."""
 
-    # Solver for every frame after the first (warm-started from the previous chunk).
+    # Solver for every step after the first (warm-started from the previous chunk).
     ik: IKOptions = field(default_factory=lambda: IKOptions(max_iters=40))
-    # Solver for the first valid frame and a stuck arm's search (from home or the current joints, then
+    # Solver for the first valid step and a stuck arm's search (from home or the current joints, then
     # from random seeds if that fails).
     first_frame_ik: IKOptions = field(default_factory=lambda: IKOptions(max_iters=100))
-    # Random seeds of a search from anywhere (first frame, stuck arm) when the first start does not converge.
+    # Random seeds of a search from anywhere (first step, stuck arm) when the first start does not converge.
     restarts: int = 31
-    # Frames solved together in one batched call from the last solved frame (longer chunks drift apart
+    # Steps solved together in one batched call from the last solved step (longer chunks drift apart
     # in the null space of 7-DoF arms).
     chunk_frames: int = 8
-    # A stuck frame (out of reach from the previous joints) searches a solution from anywhere and the
+    # A stuck step (out of reach from the previous joints) searches a solution from anywhere and the
     # arm heads for it while stuck; the next search waits this long, seconds (a search costs `restarts`
-    # solves, and an out-of-reach stretch would search at every frame).
+    # solves, and an out-of-reach stretch would search at every step).
     search_interval_s: float = 0.25
     # A stuck arm whose tool point is on target (only the orientation is out of reach) moves towards the
     # searched solution at this fraction of its speed limits; the rest of the speed box is left to the
@@ -85,6 +101,14 @@ class RetargetOptions:
     reconfigure_speed_fraction: float = 0.5
     # Seed of the random restarts (results are deterministic for a given seed).
     random_seed: int = 0
+    # Target smoothing.
+    smoothing: SmoothingOptions = field(default_factory=SmoothingOptions)
+    # The fit of all steps' joints within joint, speed and acceleration limits.
+    trajectory: TrajectoryOptions = field(default_factory=TrajectoryOptions)
+    # The per-episode base search (`retarget.base_placement: search`).
+    placement: PlacementOptions = field(default_factory=PlacementOptions)
+    # Solver of the base search's probes (from the home pose).
+    placement_ik: IKOptions = field(default_factory=lambda: IKOptions(max_iters=60))
 
     def __post_init__(self) -> None:
         if not 0.0 < self.reconfigure_speed_fraction <= 1.0:
@@ -94,120 +118,78 @@ class RetargetOptions:
 
 @dataclass(frozen=True)
 class RetargetResult:
-    """Joint trajectory of one arm for one hand's wrist trajectory.
+    """Joint trajectory of one arm for one hand's wrist trajectory (``F`` control steps).
 
     Attributes:
         joint_names: names of the action joints ``(J,)``.
-        joint_positions: joints per frame, rad or m, ``(F, J)``, within limits and speed limits.
-        gripper: gripper command per frame ``(F,)`` (NaN when the profile has no gripper).
-        base_from_tcp_target: wanted tool poses, robot base frame, ``(F, 4, 4)`` (NaN where no target).
+        joint_positions: joints per step, rad or m, ``(F, J)``, within joint, speed and acceleration limits.
+        gripper: gripper command per step ``(F,)`` (NaN when the profile has no gripper).
+        world_from_base: the robot base pose used, world frame, ``(4, 4)``.
+        valid: steps with a hand (a target), ``(F,)``.
+        base_from_tcp_target: wanted (smoothed) tool poses, robot base frame, ``(F, 4, 4)`` (NaN: no target).
         base_from_tcp: tool poses the joints reach, ``(F, 4, 4)``.
+        target_shift_m: how far smoothing moved the target position from the hand's, base frame, ``(F,)``.
         ee_error_m: tool position error, metres, ``(F,)`` (NaN where no target).
-        ee_error_rad: tool rotation error (geodesic), radians, ``(F,)`` (NaN where no target).
-        reachable: frames within the profile's reach tolerances, ``(F,)``.
+        ee_error_rad: geodesic angle to the kept target rotation, radians, ``(F,)`` (NaN where no target).
+        approach_error_rad: approach-axis error (`pose_core.retarget.orientation`), ``(F,)``.
+        closing_error_rad: closing-axis error, ``(F,)``.
+        reachable: valid steps within the profile's tolerances, ``(F,)``.
         limit_violations: joint values outside the limits (counted; 0 by construction).
         velocity_violations: joint steps faster than the speed limits (counted; 0 by construction).
+        acceleration_violations: joint second steps beyond the acceleration limits (counted).
     """
 
     joint_names: tuple[str, ...]
     joint_positions: FloatArray
     gripper: FloatArray
+    world_from_base: FloatArray
+    valid: BoolArray
     base_from_tcp_target: FloatArray
     base_from_tcp: FloatArray
+    target_shift_m: FloatArray
     ee_error_m: FloatArray
     ee_error_rad: FloatArray
+    approach_error_rad: FloatArray
+    closing_error_rad: FloatArray
     reachable: BoolArray
     limit_violations: int
     velocity_violations: int
+    acceleration_violations: int
 
 
-def base_from_tcp_targets(emb: Embodiment, world_from_wrist: FloatArray,
-                          world_from_base: FloatArray | None = None) -> FloatArray:
-    """Tool targets in the robot base frame from human wrist poses.
+def orientation_task(emb: Embodiment) -> OrientationTask:
+    """The profile's orientation task for `solve_pose_ik`: kept targets and row weights per iteration."""
+    spec = emb.orientation
 
-    Args:
-        emb: the embodiment.
-        world_from_wrist: human wrist poses, world frame, metres, ``(F, 4, 4)``.
-        world_from_base: robot base pose in the world, ``(4, 4)``; default the profile's.
+    def task(poses: FloatArray, tool: FloatArray, targets: FloatArray) -> tuple[FloatArray, FloatArray]:
+        normal = None if emb.plane_axis is None else poses[:, 1, :3, :3] @ emb.plane_axis
+        return kept_targets(spec, tool, targets, normal), task_weights(spec, tool)
 
-    Returns:
-        ``base_from_tcp_target (F, 4, 4)``.
+    return task
+
+
+def reached_from_home(emb: Embodiment, opts: RetargetOptions, base_from_targets: FloatArray) -> BoolArray:
+    """Which tool targets ``(N, 4, 4)`` (base frame) the IK reaches from home within the profile's tolerances.
+
+    The base search's test (`pose_core.retarget.placement.search_base`); returns ``(N,)`` bool.
     """
-    world_from_base = emb.world_from_base if world_from_base is None else world_from_base
-    base_from_wrist = invert_rigid_matrices(world_from_base) @ world_from_wrist
-    c = emb.workspace_center_in_base_m
-    base_from_wrist[..., :3, 3] = c + emb.workspace_scale * (base_from_wrist[..., :3, 3] - c)
-    return base_from_wrist @ invert_rigid_matrices(emb.tcp_from_wrist)
+    seeds = np.repeat(emb.home[None], len(base_from_targets), 0)
+    bounds = (np.broadcast_to(emb.lower, seeds.shape), np.broadcast_to(emb.upper, seeds.shape))
+    sol = solve_pose_ik(emb.model, 0, base_from_targets, seeds, bounds, opts.placement_ik, emb.home,
+                        emb.ee_from_tcp, orientation=orientation_task(emb))
+    return _within_reach(emb, sol)
 
 
-def world_from_level(gravity_dir_world: FloatArray) -> FloatArray:
-    """A z-up frame in a world where gravity points along ``gravity_dir_world``.
+def smoothed_world_targets(emb: Embodiment, world_from_wrist: FloatArray, fps: float,
+                           opts: RetargetOptions) -> FloatArray:
+    """The smoothed tool targets in the world, ``(F, 4, 4)``, from wrist poses ``(F, 4, 4)`` (NaN: no hand).
 
-    ``z = -g``; ``y`` is the world's ``z`` axis (the first camera's forward, DESIGN.md's world) made
-    horizontal, or its ``x`` axis when that is vertical; ``x = y × z``. A profile's base rotation,
-    written for a z-up world facing ``+y``, composes on the right.
-
-    Args:
-        gravity_dir_world: gravity (down) in the world frame, ``(3,)``, any length > 0.
-
-    Returns:
-        ``world_from_level`` rotation, ``(3, 3)``.
+    What the base search places the robot for (`pose_core.retarget.placement.search_base`); the same
+    smoothing `retarget_wrist_trajectory` applies in the base frame (it commutes with the rigid move
+    and the workspace scaling).
     """
-    z = -np.asarray(gravity_dir_world, np.float64)
-    z /= np.linalg.norm(z)
-    forward = np.eye(3)[2] if abs(z[2]) < 0.99 else np.eye(3)[0]
-    y = forward - (forward @ z) * z
-    y /= np.linalg.norm(y)
-    return np.column_stack([np.cross(y, z), y, z])
-
-
-def world_from_base_at_wrists(emb: Embodiment, world_from_wrist: FloatArray,
-                              gravity_dir_world: FloatArray | None = None) -> FloatArray:
-    """A base pose that puts a trajectory's median wrist position on the workspace centre.
-
-    For worlds where the profile's fixed base pose means nothing (the first camera's frame, an
-    arbitrary scale). The rotation is the profile's ``world_from_base`` rotation, after
-    `world_from_level` when gravity is given (base upright); the position is chosen so that
-    ``median(base_from_world @ wrist positions) = workspace_center_in_base_m`` (per base axis; the
-    scaling centre, which scaling leaves in place).
-
-    Args:
-        emb: an ``arm`` embodiment.
-        world_from_wrist: wrist poses, world frame, ``(F, 4, 4)``; NaN rows are ignored.
-        gravity_dir_world: gravity (down) in the world, ``(3,)``, or None for the profile's rotation.
-
-    Returns:
-        ``world_from_base (4, 4)``; the profile's position when no wrist pose is finite.
-    """
-    positions = world_from_wrist[:, :3, 3]
-    positions = positions[np.all(np.isfinite(positions), axis=1)]
-    out = emb.world_from_base.copy()
-    if gravity_dir_world is not None:
-        out[:3, :3] = world_from_level(gravity_dir_world) @ out[:3, :3]
-    if len(positions):
-        # The median along the base's axes: unlike one along the world's, it turns with the world.
-        median_in_base_axes = np.median(positions @ out[:3, :3], axis=0)
-        out[:3, 3] = out[:3, :3] @ (median_in_base_axes - emb.workspace_center_in_base_m)
-    return out
-
-
-def world_from_wrist_for_targets(emb: Embodiment, base_from_tcp: FloatArray,
-                                 world_from_base: FloatArray | None = None) -> FloatArray:
-    """Inverse of `base_from_tcp_targets`: the human wrist poses that map to given tool poses.
-
-    Args:
-        emb: the embodiment.
-        base_from_tcp: tool poses, base frame, ``(F, 4, 4)``.
-        world_from_base: robot base pose in the world, ``(4, 4)``; default the profile's.
-
-    Returns:
-        ``world_from_wrist (F, 4, 4)``.
-    """
-    world_from_base = emb.world_from_base if world_from_base is None else world_from_base
-    base_from_wrist = base_from_tcp @ emb.tcp_from_wrist
-    c = emb.workspace_center_in_base_m
-    base_from_wrist[..., :3, 3] = c + (base_from_wrist[..., :3, 3] - c) / emb.workspace_scale
-    return world_from_base @ base_from_wrist
+    world_from_tcp = np.asarray(world_from_wrist, np.float64) @ invert_rigid_matrices(emb.tcp_from_wrist)
+    return smooth_tool_poses(world_from_tcp, fps, opts.smoothing, emb.orientation.closing == "symmetric")
 
 
 def rate_limit(values: FloatArray, ts_s: FloatArray, max_rate: FloatArray | float,
@@ -258,37 +240,38 @@ def _check(world_from_wrist: FloatArray, grip_aperture_m: FloatArray, ts_s: Floa
     if grip_aperture_m.shape != (frames,):
         raise ShapeError("grip_aperture_m", grip_aperture_m.shape, f"({frames},)")
     if frames == 0 or not np.all(np.diff(ts_s) > 0):
-        raise EgolakeError("retargeting needs at least one frame and strictly increasing ts_s")
+        raise EgolakeError("retargeting needs at least one step and strictly increasing ts_s")
+    dts = np.diff(ts_s)
+    if frames > 2 and np.ptp(dts) > _UNIFORM_STEPS * np.median(dts):
+        raise EgolakeError("retargeting needs uniform steps (the profile's control rate): step periods "
+                           f"{dts.min():.6f}..{dts.max():.6f} s")
+
+
+def _within_reach(emb: Embodiment, sol: IKSolution) -> BoolArray:
+    """Rows within the profile's reach tolerances: position, approach and closing (the ``reachable`` flag)."""
+    approach, closing = axis_errors(emb.orientation, sol.base_from_tool, sol.base_from_kept)
+    spec = emb.orientation
+    return ((sol.position_error_m <= emb.reach_position_tol_m) & (approach <= spec.approach_tol_rad)
+            & (closing <= spec.closing_tol_rad))
 
 
 def _solved(emb: Embodiment, sol: IKSolution, ik: IKOptions) -> BoolArray:
-    """Rows within the solver's tolerances; orientation counts only where the profile checks it (5-DoF)."""
-    done = sol.position_error_m < ik.position_tol_m
-    if emb.reach_orientation_tol_rad is not None:
-        done &= sol.orientation_error_rad < ik.orientation_tol_rad
-    return done
-
-
-def _within_reach(emb: Embodiment, position_error_m: FloatArray,
-                  orientation_error_rad: FloatArray) -> BoolArray:
-    """Rows within the profile's reach tolerances (the ``reachable`` flag)."""
-    ok = position_error_m <= emb.reach_position_tol_m
-    if emb.reach_orientation_tol_rad is not None:
-        ok &= orientation_error_rad <= emb.reach_orientation_tol_rad
-    return ok
+    """Rows within the solver's position tolerance and the profile's orientation tolerances."""
+    return (sol.position_error_m < ik.position_tol_m) & _within_reach(emb, sol)
 
 
 def _solve_anywhere(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptions,
                     near: FloatArray) -> tuple[FloatArray, bool]:
     """Joints ``(J,)`` for one target ``(4, 4)`` within the joint limits only, and whether they reach it.
 
-    From ``near`` (joints ``(J,)``: home for the first frame, the current joints for a stuck arm) if that is
+    From ``near`` (joints ``(J,)``: home for the first step, the current joints for a stuck arm) if that is
     solved; else ``near``, home and ``restarts`` random seeds at once: of the solutions within reach the
     one nearest to ``near`` (a short way to go), else the best one.
     """
     one = (emb.lower[None], emb.upper[None])
+    task = orientation_task(emb)
     sol = solve_pose_ik(emb.model, 0, tcp_target[None], near[None], one, opts.first_frame_ik, emb.home,
-                        emb.ee_from_tcp)
+                        emb.ee_from_tcp, orientation=task)
     if _solved(emb, sol, opts.first_frame_ik)[0]:
         return sol.joint_positions[0], True
     rng = np.random.default_rng(opts.random_seed)
@@ -297,8 +280,8 @@ def _solve_anywhere(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptio
                        rng.uniform(lo, hi, (opts.restarts, emb.model.num_joints))])
     bounds = (np.broadcast_to(emb.lower, seeds.shape), np.broadcast_to(emb.upper, seeds.shape))
     sol = solve_pose_ik(emb.model, 0, np.broadcast_to(tcp_target, (len(seeds), 4, 4)), seeds, bounds,
-                        opts.first_frame_ik, emb.home, emb.ee_from_tcp)
-    reached = _within_reach(emb, sol.position_error_m, sol.orientation_error_rad)
+                        opts.first_frame_ik, emb.home, emb.ee_from_tcp, orientation=task)
+    reached = _within_reach(emb, sol)
     if np.any(reached):
         pick = int(np.argmin(np.where(reached, np.linalg.norm(sol.joint_positions - near, axis=1), np.inf)))
     else:
@@ -359,7 +342,82 @@ def solve_in_chunks(  # noqa: PLR0913 - the solver, its start and the limits
     return rate_limit(q, ts_s, emb.velocity, (emb.lower, emb.upper))
 
 
-def retarget_wrist_trajectory(  # noqa: PLR0913 - the trajectory, its timing and two frames
+def _ik_joints(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray, ts_s: FloatArray,
+               opts: RetargetOptions) -> FloatArray:
+    """The IK's joints per step ``(F, J)``, within joint and speed limits (see the module's Algorithm)."""
+    first = int(np.argmax(valid))
+    next_search_s = -np.inf
+    goal: FloatArray | None = None  # where a stuck arm is heading (the last search's solution)
+    task = orientation_task(emb)
+
+    def solve(idx: IntArray, seeds: FloatArray,
+              bounds: tuple[FloatArray, FloatArray]) -> tuple[FloatArray, BoolArray]:
+        # The posture task only in single-step repairs: rows of a batch stop at different
+        # iterations, and an unequal pull towards home would make consecutive steps jitter.
+        posture = emb.home if len(idx) == 1 else None
+        sol = solve_pose_ik(emb.model, 0, tcp_targets[idx], seeds, bounds, opts.ik, posture,
+                            emb.ee_from_tcp, orientation=task)
+        nonlocal next_search_s, goal
+        stuck = len(idx) == 1 and not _within_reach(emb, sol)[0]
+        if stuck and ts_s[idx[0]] >= next_search_s:
+            # Against a joint limit, or on a branch that lost the target: if the target has a
+            # solution from anywhere, move towards the nearest one (flagged until it is reached) until
+            # the next search is due.
+            found, reached = _solve_anywhere(emb, tcp_targets[idx[0]], opts, seeds[0])
+            goal = found if reached else None
+            next_search_s = ts_s[idx[0]] + opts.search_interval_s
+        if stuck and goal is not None:
+            if sol.position_error_m[0] > emb.reach_position_tol_m:
+                # The tool point is lost too (a local minimum): straight to the goal at the speed limits.
+                return np.clip(goal, *bounds).reshape(1, -1), np.zeros(1, dtype=bool)
+            # Only the orientation is out of reach: reconfigure at a fraction of the speed box, the
+            # rest keeping the tool point on target.
+            stride = opts.reconfigure_speed_fraction * 0.5 * (bounds[1] - bounds[0])
+            toward = seeds + np.clip(goal - seeds, -stride, stride)
+            moved = solve_pose_ik(emb.model, 0, tcp_targets[idx], seeds, bounds, opts.ik, None,
+                                  emb.ee_from_tcp, toward=toward, orientation=task)
+            return moved.joint_positions, np.zeros(1, dtype=bool)
+        if not stuck:
+            goal = None
+        return sol.joint_positions, _solved(emb, sol, opts.ik)
+
+    q_first = _solve_anywhere(emb, tcp_targets[first], opts, emb.home)[0]
+    return solve_in_chunks(solve, q_first, first, valid, ts_s, emb, opts.chunk_frames)
+
+
+def _residuals(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray) -> Residuals:
+    """Weighted tool residuals of the trajectory fit (`pose_core.retarget.trajectory.Residuals`).
+
+    Position over the position tolerance, orientation rows (the profile's weights) over the approach
+    tolerance; zero where a step has no target.
+    """
+    task = orientation_task(emb)
+    scale = np.concatenate([np.full(3, 1.0 / emb.reach_position_tol_m),
+                            np.full(3, 1.0 / emb.orientation.approach_tol_rad)])
+
+    def residuals(q: FloatArray) -> tuple[FloatArray, FloatArray]:
+        poses, jacs = emb.model.forward_with_jacobians(q)
+        tool, jac = tool_pose_and_jacobian(poses[:, 0], jacs[:, 0], emb.ee_from_tcp)
+        kept, weights = task(poses, tool, np.where(valid[:, None, None], tcp_targets, tool))
+        e_p, e_r = pose_errors(tool, kept)
+        r = np.hstack([e_p, np.einsum("fij,fj->fi", weights, e_r)]) * scale
+        jac = np.concatenate([jac[:, :3], weights @ jac[:, 3:]], axis=1) * scale[:, None]
+        return np.where(valid[:, None], r, 0.0), np.where(valid[:, None, None], jac, 0.0)
+
+    return residuals
+
+
+def _gripper(emb: Embodiment, grip_aperture_m: FloatArray, ts_s: FloatArray) -> FloatArray:
+    """Gripper commands per step ``(F,)`` within the gripper's speed (NaN without a gripper)."""
+    if emb.gripper is None:
+        return np.full(len(ts_s), np.nan)
+    command = emb.gripper.command(grip_aperture_m)
+    finite = np.flatnonzero(np.isfinite(command))
+    command[: finite[0] if len(finite) else len(ts_s)] = emb.gripper.open
+    return rate_limit(command[:, None], ts_s, emb.gripper.velocity)[:, 0]
+
+
+def retarget_wrist_trajectory(  # noqa: PLR0913 - the trajectory, its timing and the base
     emb: Embodiment,
     world_from_wrist: FloatArray,
     grip_aperture_m: FloatArray,
@@ -372,18 +430,19 @@ def retarget_wrist_trajectory(  # noqa: PLR0913 - the trajectory, its timing and
     Args:
         emb: an ``arm`` embodiment.
         world_from_wrist: wrist poses (`pose_core.retarget.wrist`), world frame, metres, ``(F, 4, 4)``;
-            NaN rows for frames without a hand.
+            NaN rows for steps without a hand.
         grip_aperture_m: thumb-to-index aperture, metres, ``(F,)`` (NaN: bridged like the joints).
-        ts_s: strictly increasing timestamps, seconds, ``(F,)``.
-        opts: solver knobs.
+        ts_s: uniform, increasing step times (the profile's control rate), seconds, ``(F,)``.
+        opts: solver, smoothing knobs.
         world_from_base: per-episode robot base pose in the world ``(4, 4)``; default the profile's.
 
     Returns:
-        The joint trajectory, gripper commands, errors and reachability flags.
+        The joint trajectory, gripper commands, errors, reachability flags and limit checks.
 
     Raises:
         ShapeError: on mismatched shapes.
-        EgolakeError: if the embodiment is not an arm, there are no frames or ``ts_s`` is not increasing.
+        EgolakeError: if the embodiment is not an arm, there are no steps or ``ts_s`` is not increasing
+            and uniform.
     """
     world_from_wrist = np.asarray(world_from_wrist, np.float64)
     grip_aperture_m = np.asarray(grip_aperture_m, np.float64)
@@ -392,65 +451,30 @@ def retarget_wrist_trajectory(  # noqa: PLR0913 - the trajectory, its timing and
     if emb.kind != "arm":
         raise EgolakeError(f"embodiment {emb.name!r} is a {emb.kind}, not an arm")
     frames = len(ts_s)
-    tcp_targets = base_from_tcp_targets(emb, world_from_wrist, world_from_base)
-    valid = np.all(np.isfinite(tcp_targets.reshape(frames, -1)), axis=1)
+    dt = float(np.median(np.diff(ts_s))) if frames > 1 else 1.0 / emb.control_fps
+    if world_from_base is None:
+        world_from_base = emb.world_from_base
+    raw = base_from_tcp_targets(emb, world_from_wrist, world_from_base)
+    valid = np.all(np.isfinite(raw.reshape(frames, -1)), axis=1)
+    tcp_targets = smooth_tool_poses(raw, 1.0 / dt, opts.smoothing, emb.orientation.closing == "symmetric")
     if not np.any(valid):
         q = np.repeat(emb.home[None], frames, 0)
     else:
-        first = int(np.argmax(valid))
-        next_search_s = -np.inf
-        goal: FloatArray | None = None  # where a stuck arm is heading (the last search's solution)
-
-        def solve(idx: IntArray, seeds: FloatArray,
-                  bounds: tuple[FloatArray, FloatArray]) -> tuple[FloatArray, BoolArray]:
-            # The posture task only in single-frame repairs: rows of a batch stop at different
-            # iterations, and an unequal pull towards home would make consecutive frames jitter.
-            posture = emb.home if len(idx) == 1 else None
-            sol = solve_pose_ik(emb.model, 0, tcp_targets[idx], seeds, bounds, opts.ik, posture,
-                                emb.ee_from_tcp)
-            nonlocal next_search_s, goal
-            stuck = len(idx) == 1 and not _within_reach(emb, sol.position_error_m,
-                                                        sol.orientation_error_rad)[0]
-            if stuck and ts_s[idx[0]] >= next_search_s:
-                # Against a joint limit, or on a branch that lost the target: if the target has a
-                # solution from anywhere, move towards the nearest one (flagged until it is reached) until
-                # the next search is due.
-                found, reached = _solve_anywhere(emb, tcp_targets[idx[0]], opts, seeds[0])
-                goal = found if reached else None
-                next_search_s = ts_s[idx[0]] + opts.search_interval_s
-            if stuck and goal is not None:
-                if sol.position_error_m[0] > emb.reach_position_tol_m:
-                    # The tool point is lost too (a local minimum): straight to the goal at the speed limits.
-                    return np.clip(goal, *bounds).reshape(1, -1), np.zeros(1, dtype=bool)
-                # Only the orientation is out of reach: reconfigure at a fraction of the speed box, the
-                # rest keeping the tool point on target.
-                stride = opts.reconfigure_speed_fraction * 0.5 * (bounds[1] - bounds[0])
-                toward = seeds + np.clip(goal - seeds, -stride, stride)
-                moved = solve_pose_ik(emb.model, 0, tcp_targets[idx], seeds, bounds, opts.ik, None,
-                                      emb.ee_from_tcp, toward=toward)
-                return moved.joint_positions, np.zeros(1, dtype=bool)
-            if not stuck:
-                goal = None
-            return sol.joint_positions, _solved(emb, sol, opts.ik)
-
-        q_first = _solve_anywhere(emb, tcp_targets[first], opts, emb.home)[0]
-        q = solve_in_chunks(solve, q_first, first, valid, ts_s, emb, opts.chunk_frames)
-    base_from_tcp = emb.model.forward(q)[:, 0] @ emb.ee_from_tcp
-    e_p, e_r = pose_errors(base_from_tcp, tcp_targets)
+        q_ik = _ik_joints(emb, tcp_targets, valid, ts_s, opts)
+        q = fit_trajectory(_residuals(emb, tcp_targets, valid), q_ik, dt, (emb.lower, emb.upper),
+                           emb.velocity, emb.acceleration, opts.trajectory)
+    poses = emb.model.forward(q)
+    base_from_tcp = poses[:, 0] @ emb.ee_from_tcp
+    kept = orientation_task(emb)(poses, base_from_tcp, tcp_targets)[0]
+    e_p, e_r = pose_errors(base_from_tcp, kept)
     err_m, err_rad = np.linalg.norm(e_p, axis=1), np.linalg.norm(e_r, axis=1)
-    reachable = valid & (err_m <= emb.reach_position_tol_m)
-    if emb.reach_orientation_tol_rad is not None:
-        reachable &= err_rad <= emb.reach_orientation_tol_rad
-    gripper = np.full(frames, np.nan)
-    if emb.gripper is not None:
-        command = emb.gripper.command(grip_aperture_m)
-        finite = np.flatnonzero(np.isfinite(command))
-        command[: finite[0] if len(finite) else frames] = emb.gripper.open
-        gripper = rate_limit(command[:, None], ts_s, emb.gripper.velocity)[:, 0]
-    tol = 1e-9
-    limit_violations = int(np.sum((q < emb.lower - tol) | (q > emb.upper + tol)))
-    speeds = np.abs(np.diff(q, axis=0)) / np.diff(ts_s)[:, None]
-    velocity_violations = int(np.sum(speeds > emb.velocity * (1.0 + 1e-6) + tol))
-    logger.debug("%s: %d frames, %d unreachable", emb.name, frames, int(np.sum(~reachable)))
-    return RetargetResult(emb.model.joint_names, q, gripper, tcp_targets, base_from_tcp, err_m, err_rad,
-                          reachable, limit_violations, velocity_violations)
+    approach, closing = axis_errors(emb.orientation, base_from_tcp, kept)
+    reachable = (valid & (err_m <= emb.reach_position_tol_m) & (approach <= emb.orientation.approach_tol_rad)
+                 & (closing <= emb.orientation.closing_tol_rad))
+    limit, speed, accel = joint_violations(q, dt, (emb.lower, emb.upper), emb.velocity, emb.acceleration)
+    logger.debug("%s: %d steps, %d with a hand, %d reachable", emb.name, frames, int(valid.sum()),
+                 int(reachable.sum()))
+    shift = np.linalg.norm(tcp_targets[:, :3, 3] - raw[:, :3, 3], axis=1)
+    return RetargetResult(emb.model.joint_names, q, _gripper(emb, grip_aperture_m, ts_s), world_from_base,
+                          valid, tcp_targets, base_from_tcp, shift, err_m, err_rad, approach, closing,
+                          reachable, limit, speed, accel)

@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 
 from pose_core.errors import InputError
 from pose_core.retarget.kinematics import KinematicModel
+from pose_core.retarget.orientation import OrientationSpec
 from pose_core.retarget.urdf import UrdfModel, matrix_from_xyz_rpy, read_urdf, resolve_package_uri
 
 __all__ = [
@@ -45,7 +46,10 @@ FloatArray = NDArray[np.float64]
 
 ROBOTS_DIR_ENV = "EGOLAKE_ROBOTS_DIR"
 _ARM_KEYS = {"ee_link", "ee_from_tcp", "tcp_from_wrist_rpy", "gripper", "reach", "workspace",
-             "world_from_base"}
+             "world_from_base", "orientation", "acceleration"}
+_REACH_KEYS = {"position_tol_m"}
+_ORIENTATION_KEYS = {"approach", "plane_joint", "closing", "approach_weight", "closing_weight",
+                     "approach_tol_rad", "closing_tol_rad"}
 _HAND_KEYS = {"vectors", "hand_from_wrist_rpy", "keypoint_scale"}
 _COMMON_KEYS = {"name", "kind", "urdf", "packages", "base_link", "home", "joints", "velocity_scale",
                 "action_space", "control_fps"}
@@ -109,6 +113,7 @@ class Embodiment:
         lower: joint lower limits after overrides, ``(J,)``.
         upper: joint upper limits after overrides, ``(J,)``.
         velocity: joint speed limits used (URDF or override, times ``velocity_scale``), ``(J,)``.
+        acceleration: joint acceleration limits, rad/s^2 or m/s^2, ``(J,)`` (arms; ``inf`` for hands).
         home: rest configuration, ``(J,)``.
         control_fps: robot control rate, Hz (an integer: a LeRobot dataset's fps); retargeted trajectories
             are sampled at it.
@@ -118,8 +123,11 @@ class Embodiment:
         world_from_base: default robot base pose in the human world frame, ``(4, 4)`` (arms).
         workspace_scale: position scale about ``workspace_center_in_base_m`` (arms).
         workspace_center_in_base_m: scaling centre, base frame, metres, ``(3,)`` (arms).
-        reach_position_tol_m: a frame is reachable when its tool position error is at most this.
-        reach_orientation_tol_rad: and its rotation error at most this (None: orientation not checked).
+        reach_position_tol_m: a step is reachable when its tool position error is at most this (and its
+            orientation errors within ``orientation``'s tolerances).
+        orientation: which of the wrist's axes the tool keeps, their weights and tolerances (arms).
+        plane_axis: for ``orientation.approach: in_plane``, the plane joint's axis in its child link, which
+            is ``model.frames[1]``, ``(3,)``; else None.
         gripper: the gripper mapping (arms) or None.
         vectors: keypoint vectors (hands).
         hand_from_wrist: human wrist frame in the robot hand's base frame, rotation, ``(4, 4)`` (hands).
@@ -133,6 +141,7 @@ class Embodiment:
     lower: FloatArray
     upper: FloatArray
     velocity: FloatArray
+    acceleration: FloatArray
     home: FloatArray
     control_fps: int
     action_space: tuple[str, ...]
@@ -142,7 +151,8 @@ class Embodiment:
     workspace_scale: float
     workspace_center_in_base_m: FloatArray
     reach_position_tol_m: float
-    reach_orientation_tol_rad: float | None
+    orientation: OrientationSpec
+    plane_axis: FloatArray | None
     gripper: GripperMapping | None
     vectors: tuple[KeypointVector, ...]
     hand_from_wrist: FloatArray
@@ -175,8 +185,13 @@ def _check_keys(raw: Mapping[str, Any], path: Path) -> None:
     allowed = _COMMON_KEYS | (_ARM_KEYS if kind == "arm" else _HAND_KEYS)
     problems += [f"unknown key {k!r}" for k in sorted(set(raw) - allowed)]
     problems += [f"missing key {k!r}" for k in ("name", "urdf", "home") if k not in raw]
-    if kind == "arm" and "ee_link" not in raw:
-        problems.append("missing key 'ee_link'")
+    if kind == "arm":
+        problems += [f"missing key {k!r}" for k in ("ee_link", "acceleration") if k not in raw]
+        problems += [f"unknown key 'reach.{k}'" + (" (now orientation.approach_tol_rad / closing_tol_rad)"
+                                                   if k == "orientation_tol_rad" else "")
+                     for k in sorted(set(raw.get("reach") or {}) - _REACH_KEYS)]
+        problems += [f"unknown key 'orientation.{k}'"
+                     for k in sorted(set(raw.get("orientation") or {}) - _ORIENTATION_KEYS)]
     if kind == "hand" and not raw.get("vectors"):
         problems.append("missing key 'vectors'")
     fps = raw.get("control_fps", 30)
@@ -187,8 +202,10 @@ def _check_keys(raw: Mapping[str, Any], path: Path) -> None:
 
 
 def _limits(raw: Mapping[str, Any], model: KinematicModel,
-            path: Path) -> tuple[FloatArray, FloatArray, FloatArray]:
+            path: Path) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """(lower, upper, velocity, acceleration) per joint after the profile's overrides."""
     lower, upper, velocity = model.lower.copy(), model.upper.copy(), model.velocity.copy()
+    acceleration = np.full(model.num_joints, float(raw.get("acceleration", math.inf)))
     overrides = raw.get("joints") or {}
     unknown = sorted(set(overrides) - set(model.joint_names))
     if unknown:
@@ -198,10 +215,23 @@ def _limits(raw: Mapping[str, Any], model: KinematicModel,
         lower[i] = float(spec.get("lower", lower[i]))
         upper[i] = float(spec.get("upper", upper[i]))
         velocity[i] = float(spec.get("velocity", velocity[i]))
-    if np.any(lower > upper) or not np.all(np.isfinite(velocity)):
-        raise InputError("profile_invalid", "joint limits need lower <= upper and finite velocities "
-                         "(give 'velocity' in 'joints' where the URDF has none)", str(path))
-    return lower, upper, velocity * float(raw.get("velocity_scale", 1.0))
+        acceleration[i] = float(spec.get("acceleration", acceleration[i]))
+    if np.any(lower > upper) or not np.all(np.isfinite(velocity)) or np.any(acceleration <= 0):
+        raise InputError("profile_invalid", "joint limits need lower <= upper, finite velocities "
+                         "(give 'velocity' in 'joints' where the URDF has none) and accelerations > 0",
+                         str(path))
+    return lower, upper, velocity * float(raw.get("velocity_scale", 1.0)), acceleration
+
+
+def _orientation(raw: Mapping[str, Any], urdf: UrdfModel, path: Path) -> tuple[OrientationSpec, list[str]]:
+    """The profile's orientation task and the extra model frame it needs (the plane joint's child link)."""
+    spec = dict(raw.get("orientation") or {})
+    try:
+        out = OrientationSpec(**spec)
+        extra = [urdf.joint(out.plane_joint).child] if out.approach == "in_plane" and out.plane_joint else []
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError("profile_invalid", str(exc), str(path)) from exc
+    return out, extra
 
 
 def _gripper(spec: Mapping[str, Any] | None, urdf: UrdfModel) -> GripperMapping | None:
@@ -243,25 +273,26 @@ def load_embodiment(
     vectors = tuple(KeypointVector(v["origin_link"], v["task_link"], int(v["origin_keypoint"]),
                                    int(v["task_keypoint"]), float(v.get("weight", 1.0)))
                     for v in raw.get("vectors") or ())
-    frames = [raw["ee_link"]] if raw["kind"] == "arm" else sorted(
+    orientation, plane_link = (_orientation(raw, urdf, path) if raw["kind"] == "arm"
+                               else (OrientationSpec(), []))
+    frames = [raw["ee_link"], *plane_link] if raw["kind"] == "arm" else sorted(
         {v.origin_link for v in vectors} | {v.task_link for v in vectors})
     try:
         model = KinematicModel(urdf, frames, base_link=raw.get("base_link"))
     except KeyError as exc:
         raise InputError("profile_invalid", str(exc), str(path)) from exc
-    lower, upper, velocity = _limits(raw, model, path)
+    lower, upper, velocity, acceleration = _limits(raw, model, path)
     home = np.asarray(raw["home"], dtype=np.float64)
     if home.shape != (model.num_joints,) or np.any(home < lower) or np.any(home > upper):
         raise InputError("profile_invalid", f"home must be {model.num_joints} values within the limits of "
                          f"{model.joint_names}", str(path))
     workspace = raw.get("workspace") or {}
     reach = raw.get("reach") or {}
-    tol_rad = reach.get("orientation_tol_rad", math.radians(5.0))
     logger.info("embodiment %s: %d joints %s from %s", raw["name"], model.num_joints, model.joint_names,
                 urdf_path)
     return Embodiment(
         name=str(raw["name"]), kind=str(raw["kind"]), urdf=urdf, model=model,
-        lower=lower, upper=upper, velocity=velocity, home=home,
+        lower=lower, upper=upper, velocity=velocity, acceleration=acceleration, home=home,
         control_fps=int(raw.get("control_fps", 30)),
         action_space=tuple(raw.get("action_space", ("joint_positions",))),
         ee_from_tcp=_pose(raw.get("ee_from_tcp")),
@@ -270,7 +301,8 @@ def load_embodiment(
         workspace_scale=float(workspace.get("scale", 1.0)),
         workspace_center_in_base_m=np.asarray(workspace.get("center_in_base_m", (0.0, 0.0, 0.0)), np.float64),
         reach_position_tol_m=float(reach.get("position_tol_m", 0.01)),
-        reach_orientation_tol_rad=None if tol_rad is None else float(tol_rad),
+        orientation=orientation,
+        plane_axis=urdf.joint(orientation.plane_joint).axis if plane_link else None,
         gripper=_gripper(raw.get("gripper"), urdf),
         vectors=vectors,
         hand_from_wrist=_rotation(raw.get("hand_from_wrist_rpy")),

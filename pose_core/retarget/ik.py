@@ -12,12 +12,15 @@ Convention:
     re-solving for the rest (a small active-set loop); the orientation task then moves only the joints
     left free, in the position task's null space, dropping any it would push out of the box (so it
     never takes a joint the position needs), then the step is scaled to ``max_step``; the result
-    never leaves the box.
+    never leaves the box. With an ``orientation`` task (`OrientationTask`) the rotation error is taken
+    against the *kept* target of each iteration (what the profile keeps of the hand's orientation,
+    `pose_core.retarget.orientation`) and its rows are weighted per axis.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,15 +33,20 @@ from pose_core.retarget.kinematics import KinematicModel
 __all__ = [
     "IKOptions",
     "IKSolution",
+    "OrientationTask",
     "bounded_dls_step",
     "pose_errors",
     "solve_pose_ik",
+    "tool_pose_and_jacobian",
 ]
 
 logger = logging.getLogger(__name__)
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
+#: ``(poses of the model's frames (B, L, 4, 4), tool poses (B, 4, 4), targets (B, 4, 4)) ->
+#: (kept targets (B, 4, 4), orientation row weights (B, 3, 3))``.
+OrientationTask = Callable[[FloatArray, FloatArray, FloatArray], tuple[FloatArray, FloatArray]]
 
 _SIN_EPS = 1e-9  # below this |sin(angle)| the rotation axis comes from R + I instead
 
@@ -80,9 +88,11 @@ class IKSolution:
     Attributes:
         joint_positions: solution, rad or m, ``(B, J)``; always inside the bounds.
         position_error_m: distance to the target position, ``(B,)``.
-        orientation_error_rad: geodesic angle to the target rotation, ``(B,)``.
+        orientation_error_rad: geodesic angle to the (kept) target rotation, ``(B,)``.
         iterations: iterations run.
         converged: rows within both tolerances, ``(B,)``.
+        base_from_tool: the tool poses reached, ``(B, 4, 4)``.
+        base_from_kept: the targets as kept by the orientation task (the targets without one), ``(B, 4, 4)``.
     """
 
     joint_positions: FloatArray
@@ -90,6 +100,8 @@ class IKSolution:
     orientation_error_rad: FloatArray
     iterations: int
     converged: BoolArray
+    base_from_tool: FloatArray
+    base_from_kept: FloatArray
 
 
 def pose_errors(base_from_link: FloatArray, base_from_target: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -227,7 +239,8 @@ def bounded_dls_step(  # noqa: PLR0913 - two tasks and a box are the interface
     return np.clip(q + dq, lower, upper) - q
 
 
-def _with_tool(pose: FloatArray, jac: FloatArray, tool: FloatArray | None) -> tuple[FloatArray, FloatArray]:
+def tool_pose_and_jacobian(pose: FloatArray, jac: FloatArray,
+                           tool: FloatArray | None) -> tuple[FloatArray, FloatArray]:
     """Pose ``(B, 4, 4)`` and Jacobian ``(B, 6, J)`` of a link moved to ``link @ tool``.
 
     The tool point moves with ``v + w x r``, ``r`` the link-to-tool offset in the base frame.
@@ -256,6 +269,7 @@ def solve_pose_ik(  # noqa: PLR0913, PLR0917 - model, target, seed, bounds, opti
     posture: FloatArray | None = None,
     tool: FloatArray | None = None,
     toward: FloatArray | None = None,
+    orientation: OrientationTask | None = None,
 ) -> IKSolution:
     """Batched IK of one link (or a tool rigidly attached to it) to pose targets.
 
@@ -273,6 +287,8 @@ def solve_pose_ik(  # noqa: PLR0913, PLR0917 - model, target, seed, bounds, opti
         toward: optional joints ``(B, J)`` to move towards in the position task's null space, in place of
             the orientation task: the arm changes its configuration (IK branch) while the tool point
             stays on target; the orientation is whatever that configuration gives.
+        orientation: optional task giving, per iteration, the kept targets and the weights of the
+            orientation rows (see the module's Convention); default: the full target rotation, unweighted.
 
     Returns:
         The solution; rows that did not converge keep their best-effort joints with their errors.
@@ -289,11 +305,17 @@ def solve_pose_ik(  # noqa: PLR0913, PLR0917 - model, target, seed, bounds, opti
     iterations = 0
     for iterations in range(1, opts.max_iters + 1):  # noqa: B007 - the count is reported
         poses, jacs = model.forward_with_jacobians(q[active])
-        pose, jac = _with_tool(poses[:, frame_index], jacs[:, frame_index], tool)
-        e_p, e_r = pose_errors(pose, base_from_target[active])
+        pose, jac = tool_pose_and_jacobian(poses[:, frame_index], jacs[:, frame_index], tool)
+        target = base_from_target[active]
+        weights = None
+        if orientation is not None:
+            target, weights = orientation(poses, pose, target)
+        e_p, e_r = pose_errors(pose, target)
         rest = None if posture is None else np.broadcast_to(posture, q[active].shape)
         if toward is None:
             secondary, err_secondary = jac[:, 3:], e_r
+            if weights is not None:
+                secondary, err_secondary = weights @ secondary, np.einsum("bij,bj->bi", weights, e_r)
         else:
             secondary = np.broadcast_to(np.eye(q.shape[1]), (len(e_p), q.shape[1], q.shape[1]))
             err_secondary = np.broadcast_to(toward, q.shape)[active] - q[active]
@@ -306,8 +328,10 @@ def solve_pose_ik(  # noqa: PLR0913, PLR0917 - model, target, seed, bounds, opti
         active[np.flatnonzero(active)[done]] = False
         if not np.any(active):
             break
-    pose = model.forward(q)[:, frame_index]
-    e_p, e_r = pose_errors(pose if tool is None else pose @ tool, base_from_target)
+    poses = model.forward(q)
+    pose = poses[:, frame_index] if tool is None else poses[:, frame_index] @ tool
+    kept = base_from_target if orientation is None else orientation(poses, pose, base_from_target)[0]
+    e_p, e_r = pose_errors(pose, kept)
     pos_err, rot_err = np.linalg.norm(e_p, axis=1), np.linalg.norm(e_r, axis=1)
     converged = (pos_err < opts.position_tol_m) & (rot_err < opts.orientation_tol_rad)
-    return IKSolution(q, pos_err, rot_err, iterations, converged)
+    return IKSolution(q, pos_err, rot_err, iterations, converged, pose, kept)

@@ -178,6 +178,24 @@ class KinematicModel:
         links, _ = self._walk(self._check(q))
         return self._base_from_root @ np.stack([links[f] for f in self.frames], axis=1)
 
+    def joint_origins(self, q: FloatArray) -> FloatArray:
+        """Origins of the movable chain joints (tree order), then of the requested links, base frame.
+
+        A stick figure of an arm: base, shoulder, ..., wrist, end effector.
+
+        Args:
+            q: active joint positions, rad or m, ``(B, J)``.
+
+        Returns:
+            ``(B, M + L, 3)`` metres, ``M`` movable chain joints.
+
+        Raises:
+            ShapeError: if ``q`` is not ``(B, J)``.
+        """
+        links, joint_frames = self._walk(self._check(q))
+        frames = [*joint_frames, *(links[f] for f in self.frames)]
+        return (self._base_from_root @ np.stack(frames, axis=1))[..., :3, 3]
+
     def forward_with_jacobians(self, q: FloatArray) -> tuple[FloatArray, FloatArray]:
         """Poses and base-frame geometric Jacobians of the requested links.
 

@@ -1,4 +1,4 @@
-"""Stage retarget on local Spark + Delta: synthetic `frames` and `hands_world` tables in, `robot_actions` out.
+"""Stage retarget on local Spark + Delta: `frames`, `hands_world` in; `robot_actions`, `robot_quality` out.
 
 The inputs are written directly (fusion marked ok in `runs`): a 30-frame episode whose right hand follows
 a reachable SO-101 trajectory, and one whose timestamps repeat (it must fail alone). One stage run is
@@ -45,7 +45,7 @@ def inputs(spark, shared_data, tmp_path_factory):
     (emb,) = load_embodiments(cfg.embodiments, cfg.retarget)
     _, q = joint_trajectory(emb, N_FRAMES, 0)
     truth = tcp_poses(emb, q)
-    from pose_core.retarget.arm import world_from_wrist_for_targets
+    from pose_core.retarget.placement import world_from_wrist_for_targets
 
     kp = keypoints_at_wrists(world_from_wrist_for_targets(emb, truth), True, np.full(N_FRAMES, 0.05))
     frames, hands = [], []
@@ -81,13 +81,13 @@ def first_run(spark, inputs):
     outcomes = _run(spark, out, cfg, "run-1")
     from tests.jobs.tables_util import table
 
-    return outcomes, table(spark, out, "robot_actions")
+    return outcomes, table(spark, out, "robot_actions"), table(spark, out, "robot_quality")
 
 
 def test_rows_follow_the_hand_and_a_bad_episode_fails_alone(first_run, inputs) -> None:
     from pose_core.retarget.ik import pose_errors
 
-    outcomes, rows = first_run
+    outcomes, rows, quality = first_run
     _, _, emb, truth = inputs
     assert outcomes[GOOD].status == "ok" and outcomes[GOOD].rows == N_FRAMES
     assert outcomes[BAD].status == "failed" and "increasing" in outcomes[BAD].error
@@ -100,6 +100,12 @@ def test_rows_follow_the_hand_and_a_bad_episode_fails_alone(first_run, inputs) -
     e_p, _ = pose_errors(tcp_poses(emb, q), truth)
     assert np.linalg.norm(e_p, axis=1).mean() <= 0.005
     assert list(rows["joint_names"].iat[0]) == list(emb.model.joint_names)
+    assert set(rows["hand_state"]) == {"observed"}
+    # The quality row: one per episode and embodiment, the bad episode has none (failed alone).
+    assert quality["episode_id"].tolist() == [GOOD] and quality["embodiment"].tolist() == ["so101"]
+    row = quality.iloc[0]
+    assert row["passed"] and row["valid_steps"] == row["steps"] == N_FRAMES == row["reachable_steps"]
+    assert row["run_id"] == "run-1" and row["position_error_p95_m"] <= 0.015
 
 
 def test_no_embodiments_writes_nothing(spark, first_run, inputs) -> None:

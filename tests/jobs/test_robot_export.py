@@ -1,12 +1,14 @@
 """Per-robot datasets end to end on local Spark + Delta: a synthetic clip through the pipeline with
-`embodiments=[so101]`, then retarget and export; the `hands-so101` dataset loads in lerobot and equals
-`robot_actions`.
+`embodiments=[so101]`, then retarget and export; the `hands-so101` dataset loads in lerobot, equals
+`robot_actions`, and its joints replayed through forward kinematics land on the hands within the
+errors its manifest reports.
 
 The clip's metric scale is the user's (`fusion.user_metres_per_unit`, IMU off): the Sim(3) scale of the
-tracked camera path against the sample's ground truth, as a user who measured it would give it. A second
-episode is a table-level copy of the first whose hands_world has no metric scale: retarget must refuse
-it and the export must leave it out of the robot dataset, saying why. The robot profiles are a copy, so
-that a test can edit one. One pipeline run is shared by the module (module-scoped fixture).
+tracked camera path against the sample's ground truth, as a user who measured it would give it. Two more
+episodes are table-level copies of the first: one whose hands_world has no metric scale (retarget must
+refuse it), one whose hands sit 5 m from the camera, beyond any arm's reach (no valid step: its quality
+fails); the export must leave both out of the robot dataset, saying why. The robot profiles are a copy,
+so that a test can edit one. One pipeline run is shared by the module (module-scoped fixture).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ N_FRAMES = 45
 SEED = 1  # its wearer_left hand is identified by fusion in ~40 % of the frames (seed 0: none)
 UPSTREAM = ["ingest", "priors", "hands", "tracking", "ba", "completion"]
 NO_SCALE = "5ca1e00000000000"
+FAR = "fa12fa12fa12fa12"
 DATASET = "hands-so101"
 
 
@@ -71,6 +74,9 @@ def robot_run(spark, shared_data, tmp_path_factory):
     copy_episode(
         spark, out, episode, NO_SCALE, {"hands_world": {"scale_source": "none", "metres_per_unit": None}}
     )
+    far_hand = [0.0, 0.0, 5.0] * 21  # every keypoint 5 m in front of the first camera
+    far = {"hands_world": {"keypoints_world_m": lambda rows: [far_hand] * len(rows)}}
+    copy_episode(spark, out, episode, FAR, far)
     summary = run_pipeline(spark, cfg, None, out, stages=["retarget", "export"])
     return out, cfg, summary, profiles
 
@@ -92,10 +98,10 @@ def test_robot_dataset_loads_in_lerobot_with_robot_actions_values(spark, robot_r
     out, _, summary, _ = robot_run
     meta, arrays = loaded
     manifest = read_manifest(_datasets(out), DATASET, "v1")
-    assert summary.counts["retarget"] == {"ok": 2, "failed": 0, "skipped": 0}
+    assert summary.counts["retarget"] == {"ok": 3, "failed": 0, "skipped": 0}
     world = _table(spark, out, "hands_world")
     good = manifest["episodes"][0]["episode_id"]
-    assert [e["episode_id"] for e in manifest["episodes"]] == [good] and good != NO_SCALE
+    assert [e["episode_id"] for e in manifest["episodes"]] == [good] and good not in (NO_SCALE, FAR)
     assert set(world.loc[world["episode_id"] == good, "scale_source"]) == {"user"}
     assert meta["fps"] == manifest["fps"] == 30 and meta["num_episodes"] == 1  # so101's control_fps
     rows = _table(spark, out, "robot_actions")
@@ -133,13 +139,83 @@ def test_episode_without_metric_scale_is_refused_and_left_out_with_the_reason(sp
     assert refused["refused"].str.contains("scale_source = none").all()
     why = {e["episode_id"]: e["reason"] for e in read_manifest(_datasets(out), DATASET, "v1")["exclusions"]}
     assert why[NO_SCALE].startswith("retarget refused: no metric scale")
-    # The human-hands dataset does not need metres for its world keypoints: both episodes are in it.
-    assert read_manifest(_datasets(out), "hands", "v1")["counts"]["episodes"] == 2
+    # The human-hands dataset does not need metres for its world keypoints: all episodes are in it.
+    assert read_manifest(_datasets(out), "hands", "v1")["counts"]["episodes"] == 3
     runs = _table(spark, out, "runs")
     mine = runs[runs["stage"] == f"export:{DATASET}"].set_index("episode_id")
-    assert len(mine) == 2  # one export so far: one row per episode
+    assert len(mine) == 3  # one export so far: one row per episode
     assert mine.loc[NO_SCALE, "status"] == "skipped" and "no metric scale" in mine.loc[NO_SCALE, "error"]
     assert (mine["status"] == "ok").sum() == 1
+
+
+def test_episode_below_the_quality_thresholds_is_left_out_with_the_reason(spark, robot_run) -> None:
+    """Hands 5 m from the camera: every step beyond reach, none valid; its quality fails, export says why."""
+    from jobs.datasets import read_manifest
+
+    out = robot_run[0]
+    quality = _table(spark, out, "robot_quality").set_index("episode_id")
+    far = quality.loc[FAR]
+    assert not far["passed"] and list(far["flags"]) == ["low_valid"]
+    assert far["valid_steps"] == 0 and far["beyond_reach_steps"] == far["steps"] > 0
+    reason = far["reasons"][0]
+    assert reason.startswith("valid steps 0 % < 60 % (retarget.quality.min_valid_fraction)")
+    rows = _table(spark, out, "robot_actions")
+    assert set(rows.loc[rows["episode_id"] == FAR, "hand_state"]) == {"beyond_reach"}
+    why = {e["episode_id"]: e["reason"] for e in read_manifest(_datasets(out), DATASET, "v1")["exclusions"]}
+    assert why[FAR] == f"retarget quality: {reason}"
+    runs = _table(spark, out, "runs")
+    mine = runs[runs["stage"] == f"export:{DATASET}"].set_index("episode_id")
+    assert mine.loc[FAR, "status"] == "skipped" and mine.loc[FAR, "error"] == why[FAR]
+
+
+def test_manifest_and_card_report_the_retargeting_and_fk_replays_onto_the_hands(spark, robot_run,
+                                                                                loaded) -> None:
+    """The dataset's joints, loaded by lerobot, through forward kinematics: on the targets within the
+    manifest's errors, and on the hands within those errors plus the smoothing shift."""
+    from jobs.datasets import read_manifest
+    from pose_core.retarget.placement import base_from_tcp_targets
+    from pose_core.retarget.wrist import wrist_from_keypoints
+    from udfs.retarget import load_embodiments
+
+    out, cfg, _, _ = robot_run
+    root = _datasets(out)
+    manifest = read_manifest(root, DATASET, "v1")
+    block = manifest["retarget"]
+    (good,) = [e["episode_id"] for e in manifest["episodes"]]
+    quality = _table(spark, out, "robot_quality").set_index("episode_id").loc[good]
+    figures = block["episodes"][good]
+    assert quality["passed"] and figures["valid_steps"] == quality["valid_steps"]
+    assert figures["position_error_p95_m"] == pytest.approx(quality["position_error_p95_m"])
+    assert block["dataset"]["valid_steps"] == figures["valid_steps"]  # one episode: the same figures
+    assert block["thresholds"] == {"min_valid_fraction": 0.6, "max_position_error_p95_m": 0.015}
+    card = Path(root, DATASET, "v1", "README.md").read_text(encoding="utf-8")
+    assert "## Retargeting quality" in card and f"| `{good}` | {figures['steps']} |" in card
+    (emb,) = load_embodiments(["so101"], cfg.retarget)
+    meta, arrays = loaded
+    rows = _table(spark, out, "robot_actions")
+    rows = rows[(rows["episode_id"] == good) & (rows["embodiment"] == "so101")]
+    hands = _table(spark, out, "hands_world")
+    hands = hands[hands["episode_id"] == good].set_index(["identity", "frame_idx"])
+    state, present = arrays["value/observation.state"], arrays["value/observation.present"]
+    identities = sorted(set(rows["identity"]))
+    width = state.shape[1] // len(identities)
+    for slot, identity in enumerate(identities):
+        mine = rows[rows["identity"] == identity].sort_values("step_idx")
+        on = present[:, slot] > 0
+        joints = state[on, slot * width:slot * width + emb.model.num_joints].astype(np.float64)
+        reached = emb.model.forward(joints)[:, 0] @ emb.ee_from_tcp  # lerobot's values, replayed
+        targets = np.stack(mine["ee_target_base"][on.tolist()].to_list()).reshape(-1, 4, 4)
+        error = np.linalg.norm(reached[:, :3, 3] - targets[:, :3, 3], axis=1)
+        np.testing.assert_allclose(error, mine["ee_error_m"][on.tolist()], atol=2e-5)  # float32 joints
+        assert error.max() <= emb.reach_position_tol_m + 2e-5  # replayed steps are the reachable ones
+        # Back onto the hands: their wrists through the same base pose and workspace scaling.
+        base = np.asarray(figures["hands"][identity]["world_from_base"])
+        kp = np.stack([np.asarray(hands.loc[(identity, f), "keypoints_world_m"], np.float64).reshape(21, 3)
+                       for f in mine["frame_idx"][on.tolist()]])
+        hand_targets = base_from_tcp_targets(emb, wrist_from_keypoints(kp, identity == "wearer_right"), base)
+        to_hand = np.linalg.norm(reached[:, :3, 3] - hand_targets[:, :3, 3], axis=1)
+        shift = mine["target_shift_m"][on.tolist()].to_numpy(np.float64)
+        assert np.all(to_hand <= error + shift + 1e-4)
 
 
 def test_versioned_like_the_human_dataset_and_a_profile_edit_makes_a_new_version(spark, robot_run) -> None:
@@ -154,11 +230,11 @@ def test_versioned_like_the_human_dataset_and_a_profile_edit_makes_a_new_version
     data = next(Path(root, DATASET, "v1", "data").rglob("*.parquet"))
     assert not data.stat().st_mode & 0o222  # published files are read-only
     again = run_pipeline(spark, cfg, None, out, stages=["retarget", "export"], resume=True)
-    assert again.counts["retarget"]["skipped"] == 2 and latest_version(root, DATASET) == "v1"
+    assert again.counts["retarget"]["skipped"] == 3 and latest_version(root, DATASET) == "v1"
     profile = Path(profiles, "so101.yaml")
     profile.write_text(profile.read_text().replace("velocity_scale: 1.0", "velocity_scale: 0.5"))
     edited = run_pipeline(spark, cfg, None, out, stages=["retarget", "export"], resume=True)
-    assert edited.counts["retarget"]["ok"] == 2
+    assert edited.counts["retarget"]["ok"] == 3
     assert latest_version(root, DATASET) == "v2" and latest_version(root, "hands") == "v1"
     v2 = read_manifest(root, DATASET, "v2")
     assert v2["fingerprint"] != read_manifest(root, DATASET, "v1")["fingerprint"]

@@ -1,4 +1,7 @@
-"""The retarget adapter on synthetic hands_world episodes whose wrists follow known robot trajectories."""
+"""The retarget adapter on synthetic hands_world episodes whose wrists follow known robot trajectories.
+
+Its output stacks `robot_actions` and `robot_quality` rows (`udfs.multi_output`); `run` splits them.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +13,17 @@ import pandas as pd
 import pytest
 
 from pose_core.errors import EgolakeError, InputError
-from pose_core.retarget.arm import world_from_wrist_for_targets
 from pose_core.retarget.embodiment import Embodiment
 from pose_core.retarget.ik import pose_errors
+from pose_core.retarget.placement import world_from_wrist_for_targets
 from pose_core.synth.robot_hands import FPS, joint_trajectory, keypoints_at_wrists, tcp_poses
-from schemas.tables import ROBOT_ACTIONS
+from schemas.tables import ROBOT_ACTIONS, ROBOT_QUALITY
 from udfs.guard import ERROR_KIND
+from udfs.multi_output import split_tables
 from udfs.retarget import (
+    CAMERA_COLUMN,
     DEFAULT_PROFILES_DIR,
+    OUTPUT_SCHEMA,
     RetargetStageOptions,
     guarded_retarget,
     load_embodiments,
@@ -56,6 +62,15 @@ def episode(emb: Embodiment, seeds: dict[str, int], aperture_m: np.ndarray
     return frames, pd.concat(rows, ignore_index=True).sample(frac=1.0, random_state=0), truth
 
 
+def run(frames: pd.DataFrame, hands: pd.DataFrame, embodiments: list[Embodiment],
+        opts: RetargetStageOptions) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`retarget_episode`'s (robot_actions, robot_quality) rows."""
+    out = retarget_episode(frames, hands, embodiments, opts)
+    assert list(out.columns) == OUTPUT_SCHEMA.names
+    tables = split_tables(out, [ROBOT_ACTIONS, ROBOT_QUALITY])
+    return tables[ROBOT_ACTIONS.name], tables[ROBOT_QUALITY.name]
+
+
 def arm_rows(out: pd.DataFrame, identity: str) -> pd.DataFrame:
     return out[out["identity"] == identity].sort_values("frame_idx").reset_index(drop=True)
 
@@ -66,8 +81,7 @@ def test_reachable_hands_meet_the_issue_numbers(name: str, opts: RetargetStageOp
     (emb,) = load_embodiments([name], opts)
     aperture = 0.045 + 0.025 * np.sin(2 * np.pi * 0.3 * np.arange(FRAMES) / FPS)
     frames, hands, truth = episode(emb, {"wearer_left": 3, "wearer_right": 0}, aperture)
-    out = retarget_episode(frames, hands, [emb], opts)
-    assert list(out.columns) == ROBOT_ACTIONS.columns
+    out, quality = run(frames, hands, [emb], opts)
     assert sorted(set(out["identity"])) == ["wearer_left", "wearer_right"]
     assert len(out) == 2 * FRAMES and set(out["embodiment"]) == {name}
     for identity, target in truth.items():
@@ -85,7 +99,12 @@ def test_reachable_hands_meet_the_issue_numbers(name: str, opts: RetargetStageOp
         ts = rows["ts_s"].to_numpy()[has]
         step = np.abs(np.diff(q, axis=0)) / np.diff(ts)[:, None]
         assert np.all(step <= emb.velocity * (1 + 1e-9))
-        assert np.all(rows["reachable"][has])
+        assert np.all(rows["reachable"][has]) and set(rows["hand_state"][has]) == {"observed"}
+        # The stick figure ends at the tool the joints reach, and starts at the robot's base.
+        sticks = np.stack(rows["arm_points_world"][has].to_list()).reshape(int(has.sum()), -1, 3)
+        reached = np.stack(rows["ee_base"][has].to_list()).reshape(-1, 4, 4)
+        np.testing.assert_allclose(sticks[:, -1], (emb.world_from_base @ reached)[:, :3, 3], atol=1e-9)
+        np.testing.assert_allclose(sticks[:, 0], np.tile(emb.world_from_base[:3, 3], (len(sticks), 1)))
         # The gripper follows the aperture (the profile's linear map; slow enough for its speed limit),
         # up to the float32 keypoints of hands_world.
         span = abs(emb.gripper.open - emb.gripper.closed)
@@ -94,6 +113,14 @@ def test_reachable_hands_meet_the_issue_numbers(name: str, opts: RetargetStageOp
     gap = left.iloc[MISSING]
     assert gap["joint_positions"].isna().all() and gap["gripper"].isna().all()
     assert gap["ee_base"].isna().all() and not gap["reachable"].any()
+    assert set(gap["hand_state"]) == {"missing"}
+    # One quality row: both hands' steps pooled, passing (all valid steps reached, no violations).
+    (row,) = quality.itertuples()
+    assert row.embodiment == name and list(row.identities) == ["wearer_left", "wearer_right"]
+    assert row.steps == 2 * FRAMES and row.missing_steps == len(range(FRAMES)[MISSING])
+    assert row.valid_steps == row.steps - row.missing_steps == row.reachable_steps
+    assert row.passed and list(row.flags) == [] and row.position_error_p95_m <= 0.015
+    assert row.limit_violations == row.speed_violations == row.acceleration_violations == 0
 
 
 def test_unreachable_stretch_is_flagged(opts: RetargetStageOptions) -> None:
@@ -106,10 +133,15 @@ def test_unreachable_stretch_is_flagged(opts: RetargetStageOptions) -> None:
                            "ts_s": np.arange(FRAMES) / FPS})
     hands = pd.DataFrame({"episode_id": EPISODE, "frame_idx": np.arange(FRAMES), "identity": "wearer_right",
                           "keypoints_world_m": list(kp.reshape(FRAMES, -1)), "scale_source": "stereo"})
-    out = retarget_episode(frames, hands, [emb], opts)
-    assert not out["reachable"][60:90].any() and out["reachable"][:60].all()
-    assert (out["ee_error_m"][60:90] > emb.reach_position_tol_m).all()
+    out, quality = run(frames, hands, [emb], opts)
+    # The smoothing window blurs the jump out of reach by ~10 steps either side.
+    assert not out["reachable"][60:90].any() and out["reachable"][:48].all()
+    assert (out["ee_error_m"][64:86] > emb.reach_position_tol_m).all()
     assert out["joint_positions"].notna().all()  # bounded best effort, flagged
+    # Every step has its hand (valid), but a quarter of them miss by far more than 15 mm: the episode fails.
+    (row,) = quality.itertuples()
+    assert row.valid_fraction == 1.0 and row.reachable_fraction < 0.8 and not row.passed
+    assert list(row.flags) == ["position_error"] and "tool position error p95" in row.reasons[0]
 
 
 def _moved(hands: pd.DataFrame, rot: np.ndarray, shift: tuple[float, float, float]) -> pd.DataFrame:
@@ -117,7 +149,8 @@ def _moved(hands: pd.DataFrame, rot: np.ndarray, shift: tuple[float, float, floa
                                            for k in hands["keypoints_world_m"]])
 
 
-def test_wrist_median_placement_turns_and_moves_with_the_world(opts: RetargetStageOptions) -> None:
+@pytest.mark.parametrize("placement", ["wrist_median", "search"])
+def test_base_placement_turns_and_moves_with_the_world(placement: str, opts: RetargetStageOptions) -> None:
     """A first camera rolled by 30 degrees and moved: with gravity rotated alike, the joints do not change."""
     (emb,) = load_embodiments(["so101"], opts)
     frames, hands, _ = episode(emb, {"wearer_right": 1}, np.full(FRAMES, 0.05))
@@ -128,9 +161,9 @@ def test_wrist_median_placement_turns_and_moves_with_the_world(opts: RetargetSta
     roll = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
     rolled = _moved(level_cam, roll, (2.0, -1.0, 0.5))
     rolled = rolled.assign(gravity_dir_world=[roll @ [0.0, 1.0, 0.0]] * len(hands))
-    median = replace(opts, base_placement="wrist_median")
-    a = retarget_episode(frames, level_cam, [emb], median)  # no gravity column: the default, the camera's y
-    b = retarget_episode(frames, rolled, [emb], median)
+    median = replace(opts, base_placement=placement)
+    a, _ = run(frames, level_cam, [emb], median)  # no gravity column: the default, the camera's y
+    b, _ = run(frames, rolled, [emb], median)
     assert a["reachable"].mean() > 0.95
     np.testing.assert_allclose(np.stack(a["joint_positions"]), np.stack(b["joint_positions"]), atol=1e-4)
     np.testing.assert_array_equal(a["reachable"], b["reachable"])
@@ -156,13 +189,16 @@ def test_allegro_follows_both_hands(opts: RetargetStageOptions) -> None:
     hands = pd.concat([pd.DataFrame({"episode_id": EPISODE, "frame_idx": np.arange(60), "identity": ident,
                                      "keypoints_world_m": list(kp.reshape(60, -1)), "scale_source": "none"})
                        for ident, kp in (("wearer_right", right), ("wearer_left", left))])
-    out = retarget_episode(frames, hands, [allegro], opts)
+    out, quality = run(frames, hands, [allegro], opts)
     q_r = np.stack(arm_rows(out, "wearer_right")["joint_positions"])
     q_l = np.stack(arm_rows(out, "wearer_left")["joint_positions"])
     np.testing.assert_allclose(q_l, q_r, atol=1e-6)
     assert q_r.shape == (60, 16) and np.all(q_r >= allegro.lower) and np.all(q_r <= allegro.upper)
     assert out["gripper"].isna().all() and out["ee_base"].isna().all() and out["reachable"].all()
     assert out["ee_error_m"].max() < 0.05 and out["refused"].isna().all()
+    # A dexterous hand is judged on its valid share and limits only: its error is a keypoint-vector one.
+    (row,) = quality.itertuples()
+    assert row.kind == "hand" and row.passed and row.valid_fraction == 1.0 and row.approach_tol_rad is None
 
 
 @pytest.mark.parametrize("source", ["none", None])
@@ -171,13 +207,61 @@ def test_arms_are_refused_without_a_metric_scale_and_follow_a_user_scale(
     """Wrist motion in map units is not robot motion: every step flagged with the reason, no joints."""
     (emb,) = load_embodiments(["so101"], opts)
     frames, hands, _ = episode(emb, {"wearer_right": 0}, np.full(FRAMES, 0.05))
-    out = retarget_episode(frames, hands.assign(scale_source=source), [emb], opts)
+    out, quality = run(frames, hands.assign(scale_source=source), [emb], opts)
     assert len(out) == FRAMES and out["joint_positions"].isna().all() and not out["reachable"].any()
     reason = out["refused"].unique().tolist()
     assert len(reason) == 1 and f"scale_source = {source or 'null'}" in reason[0]
     assert "fusion.user_metres_per_unit" in reason[0]  # says how to give one
-    user = retarget_episode(frames, hands.assign(scale_source="user"), [emb], opts)
+    (row,) = quality.itertuples()
+    assert not row.passed and list(row.flags) == ["refused"]
+    assert row.reasons[0] == f"retarget refused: {reason[0]}"
+    user, _ = run(frames, hands.assign(scale_source="user"), [emb], opts)
     assert user["refused"].isna().all() and user["reachable"].all()
+
+
+def test_hand_states_filled_missing_and_beyond_reach(opts: RetargetStageOptions) -> None:
+    """Gap-filled rows are valid; a wrist farther than max_hand_distance_m from the camera is not followed.
+
+    The right hand's frames 20-29 are gap-filled, and for frames 70-89 the camera centre is put 1.2 m from
+    the wrist: those steps are `beyond_reach`, with null joints, counted apart from missing steps.
+    """
+    (emb,) = load_embodiments(["so101"], opts)
+    frames, hands, _ = episode(emb, {"wearer_right": 0}, np.full(FRAMES, 0.05))
+    hands = hands[hands["identity"] == "wearer_right"].sort_values("frame_idx").reset_index(drop=True)
+    hands["filled"] = np.isin(np.arange(FRAMES), np.arange(20, 30))
+    wrists = np.stack([np.asarray(k, np.float64)[:3] for k in hands["keypoints_world_m"]])
+    cameras = wrists + np.array([0.0, 0.0, 0.4])  # the wrist 40 cm in front of the camera ...
+    cameras[70:90] = wrists[70:90] + np.array([0.0, 0.0, 1.2])  # ... but 1.2 m away here
+    frames = frames.assign(**{CAMERA_COLUMN: list(cameras / 2.0)})
+    hands = hands.assign(metres_per_unit=2.0)  # camera_poses are in map units: times metres_per_unit
+    out, quality = run(frames, hands, [emb], opts)
+    states = arm_rows(out, "wearer_right")["hand_state"].to_numpy()
+    expected = np.full(FRAMES, "observed", dtype=object)
+    expected[20:30], expected[70:90] = "filled", "beyond_reach"
+    np.testing.assert_array_equal(states, expected)
+    rows = arm_rows(out, "wearer_right")
+    assert rows["joint_positions"][70:90].isna().all() and not rows["reachable"][70:90].any()
+    assert rows["joint_positions"][20:30].notna().all() and rows["reachable"][20:30].all()
+    (row,) = quality.itertuples()
+    assert (row.valid_steps, row.filled_steps, row.beyond_reach_steps, row.missing_steps) == (100, 10, 20, 0)
+    assert row.passed  # 100 of 120 valid: above the 60 % threshold
+
+
+def test_an_episode_below_the_valid_threshold_fails_with_the_reason(opts: RetargetStageOptions) -> None:
+    """The right hand seen in 60 of 120 frames, the left never: 25 % valid steps, below the 60 % default."""
+    (emb,) = load_embodiments(["so101"], opts)
+    frames, hands, _ = episode(emb, {"wearer_right": 0}, np.full(FRAMES, 0.05))
+    right = hands[hands["identity"] == "wearer_right"]
+    seen = right[right["frame_idx"] < frames["frame_idx"].iat[60]]
+    both = pd.concat([seen, seen.iloc[:1].assign(identity="wearer_left")])
+    _, quality = run(frames, both, [emb], opts)
+    (row,) = quality.itertuples()
+    assert row.steps == 2 * FRAMES and row.valid_steps == 61 and not row.passed
+    assert list(row.flags) == ["low_valid"]
+    assert row.reasons[0].startswith("valid steps 25 % < 60 % (retarget.quality.min_valid_fraction)")
+    assert row.reachable_fraction == 1.0  # what is there is reached: the verdict is about coverage
+    loose = replace(opts, quality=replace(opts.quality, min_valid_fraction=0.2))
+    assert run(frames, both, [emb], loose)[1]["passed"].all()
 
 
 def _profile_at(name: str, control_fps: int, folder: Path) -> Path:
@@ -196,7 +280,7 @@ def test_steps_are_at_the_profile_control_rate_sampled_not_interpolated(
     (emb,) = load_embodiments(["so101"], at_rate)
     assert emb.control_fps == control_fps
     frames, hands, truth = episode(emb, {"wearer_left": 3}, np.full(FRAMES, 0.05))
-    out = arm_rows(retarget_episode(frames, hands, [emb], at_rate), "wearer_left").sort_values("step_idx")
+    out = arm_rows(run(frames, hands, [emb], at_rate)[0], "wearer_left").sort_values("step_idx")
     ts = frames["ts_s"].to_numpy()
     steps = int(np.floor((ts[-1] - ts[0]) * control_fps + 1e-6)) + 1
     assert out["step_idx"].tolist() == list(range(steps)) and (out["control_fps"] == control_fps).all()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Sequence
 
@@ -117,6 +118,58 @@ def _scale_text(episode: dict) -> str:
     return f"{episode['metres_per_unit']:.4g} {spread}"
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f} %"
+
+
+def _mm(value: float | None) -> str:
+    return "-" if value is None else f"{1e3 * value:.1f}"
+
+
+def _deg(value: float | None) -> str:
+    return "-" if value is None else f"{math.degrees(value):.1f}"
+
+
+def _figure_cells(f: dict) -> str:
+    """One table row's cells of retargeting figures (`pose_core.retarget.quality.RetargetFigures.to_dict`)."""
+    violations = f"{f['limit_violations']} / {f['speed_violations']} / {f['acceleration_violations']}"
+    return (
+        f"{f['steps']} | {_pct(f['valid_fraction'])} | {f['filled_steps']} | {f['missing_steps']} | "
+        f"{f['beyond_reach_steps']} | {_pct(f['reachable_fraction'])} | "
+        f"{_mm(f['position_error_median_m'])} / {_mm(f['position_error_p95_m'])} | "
+        f"{_deg(f['approach_error_median_rad'])} / "
+        f"{_deg(f['approach_error_p95_rad'])} | {_deg(f['closing_error_median_rad'])} / "
+        f"{_deg(f['closing_error_p95_rad'])} | {_mm(f['target_shift_p95_m'])} | {violations} |"
+    )
+
+
+def _retarget_lines(block: dict) -> list[str]:
+    """The card's retargeting section from the manifest's `retarget` block (`jobs.robot_export`)."""
+    thresholds, tolerances = block["thresholds"], block["tolerances"]
+    lines = [
+        "",
+        "## Retargeting quality",
+        "",
+        "Steps are control steps times followed hands. Valid: a hand observed or gap-filled, within a human "
+        "arm's reach of the camera (missing and beyond-reach steps are masked, never invented). Reachable: a "
+        f"valid step within the profile's tolerances (position {_mm(tolerances.get('position_tol_m'))} mm, "
+        f"approach {_deg(tolerances.get('approach_tol_rad'))} deg, closing axis "
+        f"{_deg(tolerances.get('closing_tol_rad'))} deg). Errors over valid steps, against the smoothed "
+        "targets in the robot's base frame; shift: how far smoothing moved the targets from the hands. An "
+        f"episode is kept with at least {_pct(thresholds['min_valid_fraction'])} valid steps and a position "
+        f"error p95 of at most {_mm(thresholds['max_position_error_p95_m'])} mm (arms). Each episode's base "
+        "pose per hand is in `manifest.json` (`retarget.episodes.<id>.hands`).",
+        "",
+        "| episode | steps | valid | filled | missing | beyond reach | reachable | position mm median / p95 "
+        "| approach deg median / p95 | closing deg median / p95 | shift p95 mm | violations limit / speed / "
+        "accel |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [f"| `{e}` | {_figure_cells(f)}" for e, f in block["episodes"].items()]
+    lines.append(f"| **all** | {_figure_cells(block['dataset'])}")
+    return lines
+
+
 def write_card(root: str, spec: FeatureSpec, manifest: dict, notes: str) -> None:
     """The dataset card `README.md`: what the dataset is, every feature with its dimension names, provenance.
 
@@ -161,6 +214,8 @@ def write_card(root: str, spec: FeatureSpec, manifest: dict, notes: str) -> None
             f"| {e['episode_index']} | {e['episode_id']} | {e['length']} | {e.get('scale_source')} "
             f"| {_scale_text(e)} | {e['task']} |"
         )
+    if manifest.get("retarget"):
+        lines += _retarget_lines(manifest["retarget"])
     if manifest["exclusions"]:
         lines += ["", "## Left out", ""] + [
             f"- `{x['episode_id']}`: {x['reason']}" for x in manifest["exclusions"]

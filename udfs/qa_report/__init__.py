@@ -2,6 +2,6 @@
 
 from udfs.qa_report.index import index_page
 from udfs.qa_report.options import QAOptions
-from udfs.qa_report.unit import PAGE_NAME, QA_INPUTS, qa_unit
+from udfs.qa_report.unit import PAGE_NAME, QA_INPUTS, ROBOT_INPUT, qa_unit
 
-__all__ = ["PAGE_NAME", "QA_INPUTS", "QAOptions", "index_page", "qa_unit"]
+__all__ = ["PAGE_NAME", "QA_INPUTS", "ROBOT_INPUT", "QAOptions", "index_page", "qa_unit"]

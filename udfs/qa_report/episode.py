@@ -15,9 +15,10 @@ from numpy.typing import NDArray
 
 from pose_core.errors import EgolakeError
 from pose_core.qa import EpisodeSignals
+from pose_core.training.tensors import nearest_source
 from udfs.camera_tables import world_from_cam_from_columns
 
-__all__ = ["WEARER", "EpisodeView", "HandTrack", "episode_signals", "episode_view"]
+__all__ = ["WEARER", "EpisodeView", "HandTrack", "arm_sticks", "episode_signals", "episode_view"]
 
 logger = logging.getLogger(__name__)
 
@@ -189,3 +190,30 @@ def episode_signals(view: EpisodeView) -> EpisodeSignals:
         wearer=WEARER,
         scale_rel_std=view.scale_rel_std,
     )
+
+
+def arm_sticks(view: EpisodeView, robot_actions: pd.DataFrame) -> dict[str, NDArray[np.float64]]:
+    """The retargeted arms as stick figures at the episode's frames, from `robot_actions.arm_points_world`.
+
+    Each video frame takes the control step nearest in time (the robot runs at its own rate).
+
+    Returns:
+        ``"<embodiment> <identity>"`` -> ``(F, P, 3)`` world points, metres (base, joints, tool), NaN where
+        the step has no valid hand; arms without a stick figure (dexterous hands, refused) are left out.
+    """
+    if robot_actions.empty:
+        return {}
+    ts = view.frames["ts_s"].to_numpy(np.float64)
+    out = {}
+    for (embodiment, identity), group in robot_actions.groupby(["embodiment", "identity"], sort=True):
+        rows = group.sort_values("step_idx")
+        points = rows["arm_points_world"]
+        if not points.notna().any():
+            continue
+        size = len(next(iter(points.dropna())))
+        blank = np.full(size, np.nan)
+        steps = np.stack([np.asarray(v, np.float64) if isinstance(v, list | np.ndarray) else blank
+                          for v in points]).reshape(len(rows), -1, 3)
+        step_ts = rows["ts_s"].to_numpy(np.float64)
+        out[f"{embodiment} {identity}"] = steps[nearest_source(step_ts, ts - step_ts[0])]
+    return out

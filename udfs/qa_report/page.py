@@ -2,7 +2,8 @@
 
 - camera view: the overlay frames (hand skeletons, status line) as embedded JPEGs;
 - world view: a plotly 3-D scene (camera path and frustums, hand paths, sparse points; the current
-  frustum, hand skeletons and the wrists' next-second path follow the cursor);
+  frustum, hand skeletons and the wrists' next-second path follow the cursor; with retargeting, each
+  robot arm as a stick figure from forward kinematics beside the hand it follows, and its tool path);
 - timeline: plotly subplots of the per-frame diagnostics, a vertical cursor line and event strips.
 
 plotly.js is embedded once (no network); a small script moves all three views on slider input,
@@ -15,7 +16,7 @@ import base64
 import html
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -33,6 +34,7 @@ __all__ = ["PageMedia", "episode_page"]
 logger = logging.getLogger(__name__)
 
 _PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+_ARM_COLOUR = "#555"  # robot arms: one grey, their joints marked in the followed hand's colour
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class PageMedia:
         points: sparse scene points, world frame, map units, `(P, 3)` (already subsampled).
         camera: intrinsics (for frustums); None draws no frustums.
         actions: the episode's `actions` rows (may be empty).
+        arms: retargeted arms, ``"<embodiment> <identity>"`` -> stick figure per frame, world, metres,
+            ``(F, P, 3)``, NaN where no valid step (`udfs.qa_report.episode.arm_sticks`); may be empty.
     """
 
     jpegs: list[bytes]
@@ -52,6 +56,7 @@ class PageMedia:
     points: NDArray[np.float64]
     camera: Camera | None
     actions: pd.DataFrame
+    arms: dict[str, NDArray[np.float64]] = field(default_factory=dict)
 
 
 def _rgb(identity: str) -> str:
@@ -139,6 +144,17 @@ def _world_figure(view: EpisodeView, media: PageMedia, corners: NDArray[np.float
             opacity=0.5,
             hoverinfo="skip",
         )
+    for key, sticks in media.arms.items():
+        tool = sticks[:, -1]
+        fig.add_scatter3d(
+            x=tool[:, 0],
+            y=tool[:, 1],
+            z=tool[:, 2],
+            mode="lines",
+            name=f"{key} tool",
+            line={"color": _ARM_COLOUR, "width": 2, "dash": "dot"},
+            hoverinfo="skip",
+        )
     fig.add_scatter3d(
         x=[None], y=[None], z=[None], mode="lines", name="camera now", line={"color": "#d00", "width": 5}
     )
@@ -160,6 +176,16 @@ def _world_figure(view: EpisodeView, media: PageMedia, corners: NDArray[np.float
             mode="lines",
             name=f"{identity} next second",
             line={"color": colour, "width": 7, "dash": "dot"},
+        )
+    for key in media.arms:
+        fig.add_scatter3d(
+            x=[None],
+            y=[None],
+            z=[None],
+            mode="lines+markers",
+            name=f"{key} arm",
+            line={"color": _ARM_COLOUR, "width": 6},
+            marker={"size": 3, "color": _rgb(key.split(" ", 1)[1])},
         )
     fig.update_layout(
         margin={"l": 0, "r": 0, "t": 24, "b": 0},
@@ -349,6 +375,11 @@ function update(i){
       if(k===null){px.push(null);py.push(null);pz.push(null);}else{px.push(k[0]);py.push(k[1]);pz.push(k[2]);}}
     xs.push(px);ys.push(py);zs.push(pz);
   }
+  for(const key of D.arm_keys){
+    const pts = D.arms[key][i]; const order = [];
+    if(pts!==null){ for(let k=0;k<pts.length/3;k++) order.push(k); }
+    const s = strip(pts, order); xs.push(s[0]);ys.push(s[1]);zs.push(s[2]);
+  }
   Plotly.restyle(world, {x:xs, y:ys, z:zs}, D.cursor_traces);
   Plotly.relayout(timeline, {'shapes[0].x0': D.frame_idx[i], 'shapes[0].x1': D.frame_idx[i]});
   document.body.dataset.frame = i;
@@ -379,7 +410,7 @@ def episode_page(view: EpisodeView, result: QAResult, media: PageMedia, frustum_
     n = len(view.frames)
     corners = _frustum_corners(view, media.camera, size)
     world = _world_figure(view, media, corners, max(1, frustum_every))
-    first_cursor = len(world.data) - 1 - 2 * len(view.hands)
+    first_cursor = len(world.data) - 1 - 2 * len(view.hands) - len(media.arms)
     timeline = _timeline_figure(view, result, media.actions)
     world_html, timeline_html = _figures_html(world, timeline)
     image_of_frame = np.searchsorted(media.jpeg_frame, np.arange(n), side="right") - 1
@@ -398,6 +429,11 @@ def episode_page(view: EpisodeView, result: QAResult, media: PageMedia, frustum_
             for k, h in view.hands.items()
         },  # fmt: skip
         "bones": [list(b) for b in HAND_BONES],
+        "arm_keys": list(media.arms),
+        "arms": {
+            k: [None if not np.isfinite(p).all() else _js(p.ravel()) for p in sticks]
+            for k, sticks in media.arms.items()
+        },
         "horizon": int(horizon),
         "cursor_traces": list(range(first_cursor, len(world.data))),
     }

@@ -29,6 +29,7 @@ from schemas.tables import (
     HANDS_CAM,
     HANDS_WORLD,
     QA,
+    ROBOT_ACTIONS,
     VIDEOS,
 )
 from udfs.camera_tables import camera_from_row
@@ -36,16 +37,18 @@ from udfs.media.decode import DecodeOptions, iter_frames
 from udfs.media.encode import VideoWriter
 from udfs.media.overlay import draw_hands, draw_status, project_world_points
 from udfs.multi_output import split_tables
-from udfs.qa_report.episode import WEARER, EpisodeView, episode_signals, episode_view
+from udfs.qa_report.episode import WEARER, EpisodeView, arm_sticks, episode_signals, episode_view
 from udfs.qa_report.options import QAOptions
 from udfs.qa_report.page import PageMedia, episode_page
 
-__all__ = ["PAGE_NAME", "QA_INPUTS", "qa_row", "qa_unit"]
+__all__ = ["PAGE_NAME", "QA_INPUTS", "ROBOT_INPUT", "qa_row", "qa_unit"]
 
 logger = logging.getLogger(__name__)
 
 #: Tables the unit reads, stacked per episode.
 QA_INPUTS = (FRAMES, CAMERA_POSES, HANDS_WORLD, HANDS_CAM, CAMERAS, BA_POINTS, VIDEOS, ACTIONS)
+#: Stacked too when it exists (retargeting configured): the robot arms drawn beside the hands.
+ROBOT_INPUT = ROBOT_ACTIONS
 #: File name of an episode's page inside OUTPUT/qa/<episode_id>/.
 PAGE_NAME = "index.html"
 
@@ -185,6 +188,7 @@ def _render(
         points=pts[np.isfinite(pts).all(axis=1)],
         camera=camera_from_row(cams) if len(cams) == 1 else None,
         actions=t[ACTIONS.name],
+        arms=arm_sticks(view, t[ROBOT_INPUT.name]) if ROBOT_INPUT.name in t else {},
     )
 
 
@@ -200,14 +204,16 @@ def qa_unit(stacked: pd.DataFrame, opts: QAOptions, qa_root: str) -> pd.DataFram
     """Check one episode and write its evidence page; returns its `qa` row.
 
     Args:
-        stacked: the episode's rows of `QA_INPUTS`, stacked (`udfs.multi_output.stack_tables`).
+        stacked: the episode's rows of `QA_INPUTS` (and `ROBOT_INPUT` when its columns are there), stacked
+            (`udfs.multi_output.stack_tables`).
         opts: thresholds and page settings.
         qa_root: OUTPUT/qa; the page goes to `<qa_root>/<episode_id>/index.html`.
 
     Raises:
         EgolakeError: the episode has no frames or its video cannot be decoded.
     """
-    t = split_tables(stacked, QA_INPUTS)
+    robots = (ROBOT_INPUT,) if set(ROBOT_INPUT.columns) <= set(stacked.columns) else ()
+    t = split_tables(stacked, (*QA_INPUTS, *robots))
     view = episode_view(t[FRAMES.name], t[CAMERA_POSES.name], t[HANDS_WORLD.name])
     result = evaluate_episode(episode_signals(view), opts.thresholds)
     folder = os.path.join(qa_root, view.episode_id)

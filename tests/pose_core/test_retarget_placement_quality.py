@@ -1,0 +1,116 @@
+"""Per-episode base search, and the quality figures and verdict of a robot's data."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pose_core.retarget.arm import RetargetOptions, reached_from_home
+from pose_core.retarget.embodiment import Embodiment, load_embodiment
+from pose_core.retarget.placement import (
+    PlacementOptions,
+    base_from_tcp_targets,
+    search_base,
+    world_from_base_at_wrists,
+)
+from pose_core.retarget.quality import (
+    QualityThresholds,
+    evaluate_quality,
+    hand_states,
+    joint_violations,
+    retarget_figures,
+)
+from pose_core.synth.robot_hands import joint_trajectory, tcp_poses
+
+PROFILES = Path(__file__).resolve().parents[2] / "conf" / "embodiments"
+GRAVITY = np.array([0.1, 0.9, 0.4])  # a first camera tilted down: gravity along its y mostly
+
+
+@pytest.fixture(scope="module")
+def panda(shared_data: Path) -> Embodiment:
+    return load_embodiment(PROFILES / "panda.yaml", shared_data / "robots")
+
+
+def _world_targets(emb: Embodiment) -> np.ndarray:
+    """Tool targets in a camera-like world (y down): a reachable robot path, seen from a tilted camera."""
+    _, q = joint_trajectory(emb, 60, 1)
+    world_from_base = np.eye(4)
+    world_from_base[:3, :3] = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
+    return world_from_base @ tcp_poses(emb, q)
+
+
+class TestBaseSearch:
+    def test_moves_the_base_until_a_reach_test_holds(self, panda: Embodiment) -> None:
+        """A made-up reach test (a 10 cm box 30 cm above the workspace centre): the search finds it."""
+        targets = _world_targets(panda)
+        opts = PlacementOptions(offset_range_m=0.3, offset_step_m=0.1)
+
+        def in_box(base_from_targets: np.ndarray) -> np.ndarray:
+            offset = base_from_targets[:, :3, 3] - (panda.workspace_center_in_base_m + [0.0, 0.0, 0.3])
+            return np.all(np.abs(offset) <= 0.05 + 0.5 * np.ptp(targets[:, :3, 3], axis=0).max(), axis=1)
+
+        def tcp(base: np.ndarray) -> np.ndarray:
+            return base_from_tcp_targets(panda, targets @ panda.tcp_from_wrist, base)
+
+        start = world_from_base_at_wrists(panda, targets, GRAVITY)
+        assert in_box(tcp(start)).mean() < 0.5
+        base, score = search_base(panda, targets, GRAVITY, in_box, opts)
+        assert score == 1.0 and in_box(tcp(base)).all()
+        # Upright against gravity, moved down by ~30 cm along it; turned about the vertical only.
+        np.testing.assert_allclose(base[:3, :3] @ panda.world_from_base[:3, :3].T @ [0, 0, 1],
+                                   -GRAVITY / np.linalg.norm(GRAVITY), atol=1e-9)
+        drop = (start[:3, 3] - base[:3, 3]) @ (-GRAVITY / np.linalg.norm(GRAVITY))
+        assert drop == pytest.approx(0.3, abs=0.06)
+
+    def test_ik_probes_reach_a_robot_made_path(self, panda: Embodiment) -> None:
+        targets = _world_targets(panda)
+        opts = RetargetOptions()
+        test = partial(reached_from_home, panda, opts)
+        base, score = search_base(panda, targets, GRAVITY, test, opts.placement)
+        start = world_from_base_at_wrists(panda, targets, GRAVITY)
+        start_score = test(base_from_tcp_targets(panda, targets @ panda.tcp_from_wrist, start)).mean()
+        assert score >= 0.9 and score >= start_score - 0.1  # probes, not every step: about as good or better
+        yaw = math.atan2(*(np.linalg.inv(start)[:3, :3] @ base[:3, :3])[[1, 0], 0])
+        assert abs(yaw) <= opts.placement.yaw_range_rad + opts.placement.yaw_step_rad / 2 + 1e-9
+
+
+class TestQuality:
+    def test_hand_states(self) -> None:
+        present = np.array([True, True, False, True, True])
+        filled = np.array([False, True, False, False, True])
+        states = hand_states(present, filled, np.array([0.4, 0.5, np.nan, 1.2, np.nan]), 0.9)
+        assert states.tolist() == ["observed", "filled", "missing", "beyond_reach", "filled"]
+
+    def test_figures_and_verdict(self) -> None:
+        states = np.array(["observed"] * 6 + ["filled"] * 2 + ["missing"] * 2, dtype=object)
+        reachable = np.array([True] * 7 + [False] * 3)
+        error = np.array([0.001] * 6 + [0.05, 0.05, np.nan, np.nan])
+        nan = np.full(10, np.nan)
+        fig = retarget_figures(states, reachable, error, nan, nan, error, (0, 0, 0))
+        assert (fig.steps, fig.valid_steps, fig.filled_steps, fig.missing_steps, fig.reachable_steps) == (
+            10, 8, 2, 2, 7)
+        assert fig.valid_fraction == 0.8 and fig.reachable_fraction == 7 / 8
+        assert fig.position_error_median_m == pytest.approx(0.001) and fig.position_error_p95_m > 0.015
+        assert fig.to_dict()["approach_error_p95_rad"] is None  # NaN becomes null in JSON
+        passed, flags, reasons = evaluate_quality(fig, QualityThresholds(), is_arm=True)
+        assert not passed and flags == ("position_error",)
+        assert reasons[0].startswith("tool position error p95")
+        assert evaluate_quality(fig, QualityThresholds(), is_arm=False)[0]  # a hand: no tool error check
+        low = QualityThresholds(min_valid_fraction=0.9, max_position_error_p95_m=0.1)
+        assert evaluate_quality(fig, low, is_arm=True)[1] == ("low_valid",)
+        refused = evaluate_quality(fig, QualityThresholds(), True, refused="no metric scale")
+        assert refused[1] == ("refused",) and refused[2] == ("retarget refused: no metric scale",)
+        broken = retarget_figures(states, reachable, np.full(10, 0.001), nan, nan, nan, (0, 2, 1))
+        assert evaluate_quality(broken, QualityThresholds(), True)[2] == (
+            "0 joint limit, 2 speed and 1 acceleration violations",)
+
+    def test_violations_are_counted(self) -> None:
+        dt = 0.1
+        q = np.array([[0.0], [0.1], [0.3], [0.3], [1.5]])
+        # 1.5 past the limit; steps 0.2 and 1.2 past 0.15; second steps -0.2 and 1.2 past 0.1.
+        assert joint_violations(q, dt, (np.array([-1.0]), np.array([1.0])), np.array([1.5]),
+                                np.array([10.0])) == (1, 2, 2)
