@@ -86,7 +86,7 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
 
 STAGE = Stage(
     name="qa",
-    version="2",
+    version="3",
     upstream="actions",
     # The page draws the retargeted arms: a change of robots or retargeting renders it again.
     config_sections=("qa", "embodiments", "retarget"),

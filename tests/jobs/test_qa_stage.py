@@ -14,6 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from jobs.qa import STAGE
 from tests.jobs.tables_util import table as _table
 from tests.udfs.qa_browser import VIEWS, changed_pixels, check_pages
 from tests.udfs.qa_tables import EPISODE, inject_scale_jump, synth_tables
@@ -61,7 +62,7 @@ def test_qa_stage_writes_the_row_pages_and_index(spark, qa_run):
     row = qa.iloc[0]
     assert row["episode_id"] == EPISODE and not row["passed"]
     assert list(row["flags"]) == ["too_short", "scale_jump"] and len(row["reasons"]) == 2
-    assert row["frames"] == FRAMES and row["stage_version"] == "1"
+    assert row["frames"] == FRAMES and row["stage_version"] == STAGE.version
     folder = os.path.join(out, "qa", EPISODE)
     assert row["report_path"] == os.path.join(folder, "index.html")
     for name in ("index.html", "overlay.mp4", "thumb.jpg"):
