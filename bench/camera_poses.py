@@ -1,8 +1,8 @@
 """Benchmark camera poses: accuracy (evo ATE/RPE) and CPU throughput per sequence, and pycolmap.
 
 Usage:
-    .venv/bin/python -m bench.camera_poses --out bench/results [--colmap] [--synth-dir DIR]
-        [--only TEXT --stem NAME]
+    .venv/bin/python -m bench.camera_poses --out bench/results [--colmap | --colmap-from EARLIER.json]
+        [--synth-dir DIR] [--only TEXT --stem NAME]
 
 Writes ``camera_poses.json`` and ``camera_poses.md`` (``--stem``) with the command, machine and date;
 ``--only`` runs the sequences whose name contains TEXT. Throughput
@@ -18,7 +18,8 @@ and 7, used only for evaluation: no setting was chosen on them), all generated i
 in for the hands stage), and 7-Scenes redkitchen (real handheld, 600 frames, with its given
 intrinsics and from the 70° prior). ``--colmap`` also runs pycolmap's incremental mapper (SIFT,
 sequential matching, initial triangulation angle lowered to 2 degrees, forward motion allowed for
-the initial pair) on KITTI's native frames and on 7-Scenes. Every frame counts: ATE is over all
+the initial pair) on KITTI's native frames and on 7-Scenes; ``--colmap-from`` takes those rows from
+an earlier result of this bench, named in the output. Every frame counts: ATE is over all
 frames (the median of the runs' ATE is reported; RANSAC is seeded, so runs differ only by time),
 with the largest frame error over the RMSE and the keyframes' ATE beside it. The "70° prior focal"
 sequences start from ``Camera.from_prior``
@@ -254,7 +255,8 @@ def _run_colmap(paths: list[Path], cam: Camera, gt: np.ndarray | None) -> dict:
 
 def _markdown(results: dict) -> str:
     lines = [f"# camera poses benchmark\n\ncommand: `{results['command']}`  \ndate: {results['date']}  \n"
-             f"machine: {results['machine']}  \nload average at start: {results['load_average']}\n",
+             f"machine: {results['machine']}  \nload average at start: {results['load_average']}\n"
+             + (f"pycolmap rows from {results['colmap_from']}\n" if "colmap_from" in results else ""),
              "| sequence | method | frames | registered | ATE % path (median run) | ATE m | max / RMSE "
              "| RPE rot deg | rot drift deg | frames/CPU-s | CPU s | wall s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -293,6 +295,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--colmap", action="store_true", help="also run pycolmap's incremental mapper")
+    parser.add_argument("--colmap-from", type=Path, default=None,
+                        help="take pycolmap's rows from an earlier result JSON of this bench (they do not "
+                             "depend on egolake; its 7-Scenes run takes ~50 CPU-minutes)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per sequence; the fastest is reported")
     parser.add_argument("--only", default="", help="run only the sequences whose name contains this")
     parser.add_argument("--stem", default="camera_poses", help="result files: OUT/<stem>.json and .md")
@@ -304,6 +309,9 @@ def main() -> None:
                "machine": f"{platform.node()} {platform.processor() or platform.machine()} {os.cpu_count()} "
                           f"cpus, python {platform.python_version()}, opencv {cv2.__version__}",
                "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()), "sequences": {}}
+    earlier = json.loads(args.colmap_from.read_text()) if args.colmap_from else None
+    if earlier is not None:
+        results["colmap_from"] = f"{args.colmap_from.name}: `{earlier['command']}`, {earlier['date']}"
     for name, make in _sequences(args.synth_dir).items():
         if args.only not in name:
             continue
@@ -312,6 +320,8 @@ def main() -> None:
             entry = {"egolake": _run_egolake(seq, args.repeats)}
         if args.colmap and seq.image_paths is not None:
             entry["pycolmap"] = _run_colmap(seq.image_paths, seq.camera, seq.world_from_cam_gt)
+        elif earlier is not None and "pycolmap" in earlier["sequences"].get(name, {}):
+            entry["pycolmap"] = earlier["sequences"][name]["pycolmap"]
         results["sequences"][name] = entry
         logger.info("%s: %s", name, json.dumps(entry))
     args.out.mkdir(parents=True, exist_ok=True)
