@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +165,7 @@ COLUMNS = (
 
 
 def _table_md(rows: list[dict[str, Any]]) -> list[str]:
-    head = [c.replace("_rad", " (deg)").replace("_m", " (mm)") for c in COLUMNS]
+    head = [re.sub(r"_rad$", " (deg)", re.sub(r"_m$", " (mm)", c)) for c in COLUMNS]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(_cell(c, r.get(c)) for c in COLUMNS) + " |" for r in rows]
     return lines
