@@ -40,7 +40,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from threadpoolctl import threadpool_limits
 
 from bench.report import NOTES_MARKER, kept_notes, provenance
 from jobs.logs import init_logging
@@ -221,6 +220,8 @@ def main() -> None:
     parser.add_argument("--poses", choices=("truth", "tracked"), default="truth")
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
+    from threadpoolctl import threadpool_limits  # noqa: PLC0415 - the bench extra; tests import map_rows
+
     jobs = [(seed, args.frames, args.poses) for seed in range(args.seeds)]
     with threadpool_limits(1):
         if args.workers > 1:
