@@ -55,11 +55,6 @@ class LoopOptions:
     min_correction_rel: float = 0.01
     # only points seen with this much parallax (degrees) measure a loop's scale
     min_scale_parallax_deg: float = 2.0
-    # a recognised pair is merged into one point only when, after the join or correction, the two lie
-    # within this fraction of their depth from the current keyframe (well-placed pairs of a synthetic
-    # table clip differ by 2 % median, 6-10 % at the 90th percentile; 3 % starved a self-calibrating
-    # run of merges and biased its focal by 1.2 %)
-    merge_max_rel_dist: float = 0.1
     # a bridge (a turn followed by rotation alone) keeps its rotation; its scale and translation get
     # these weights
     bridge_scale_weight: float = 1e-3
@@ -190,8 +185,7 @@ def apply_place_match(
             if older == match.target
             else (match.current_idx, match.target_idx)
         )
-        agree = _agreeing(atlas, drop, keep, opts)
-        atlas.merge_points(drop[agree], keep[agree])
+        atlas.merge_points(drop, keep)
         logger.info(
             "frame %d: map %d joined to map %d (%d points, scale %.3f)",
             frame_idx,
@@ -211,22 +205,8 @@ def apply_place_match(
             match.inliers,
             scale,
         )
-    agree = _agreeing(atlas, match.current_idx, match.target_idx, opts)
-    atlas.merge_points(match.current_idx[agree], match.target_idx[agree])
+    atlas.merge_points(match.current_idx, match.target_idx)
     return report if needs else None
-
-
-def _agreeing(atlas: Atlas, dup_idx: np.ndarray, into_idx: np.ndarray, opts: LoopOptions) -> np.ndarray:
-    """Which recognised pairs ``(K,)`` agree in place: only those are merged.
-
-    Two points now in one frame agree when they lie within ``merge_max_rel_dist`` of their depth from the
-    newest keyframe; a pair matched by appearance but placed apart would pull the map (one such merge bent
-    a table clip's keyframe 8 mm off, ten times the RMSE).
-    """
-    pts = atlas.points.points
-    cfw = atlas.keyframes[-1].cam_from_world
-    depth = np.abs((pts[into_idx] @ cfw[:3, :3].T + cfw[:3, 3])[:, 2])
-    return np.linalg.norm(pts[dup_idx] - pts[into_idx], axis=1) <= opts.merge_max_rel_dist * depth
 
 
 def _well_triangulated(atlas: Atlas, point_idx: np.ndarray, opts: LoopOptions) -> np.ndarray:
