@@ -30,8 +30,9 @@ def synthetic_problem(n_cam: int, n_pt: int, seed: int = 0, obs_per_point: int =
     rot = so3_exp(rng.normal(size=(n_cam, 3)) * 0.02)
     trans = -np.einsum("cij,cj->ci", rot, centres)
     first = rng.integers(0, max(1, n_cam - obs_per_point), n_pt)
-    pts = np.column_stack([rng.uniform(-5, 5, n_pt), rng.uniform(-3, 3, n_pt),
-                           centres[first, 2] + rng.uniform(4, 12, n_pt)])
+    pts = np.column_stack(
+        [rng.uniform(-5, 5, n_pt), rng.uniform(-3, 3, n_pt), centres[first, 2] + rng.uniform(4, 12, n_pt)]
+    )
     cam_idx = (first[:, None] + np.arange(obs_per_point)[None, :]).reshape(-1) % n_cam
     pt_idx = np.repeat(np.arange(n_pt), obs_per_point)
     x_in_cam = np.einsum("mij,mj->mi", rot[cam_idx], pts[pt_idx]) + trans[cam_idx]
@@ -44,7 +45,9 @@ def synthetic_problem(n_cam: int, n_pt: int, seed: int = 0, obs_per_point: int =
     rot0 = so3_exp(rng.normal(size=(n_cam, 3)) * 0.005) @ rot
     trans0 = trans + rng.normal(size=trans.shape) * 0.02
     rot0[0], trans0[0], trans0[1, 2] = rot[0], trans[0], trans[1, 2]
-    return BAProblem(rot0, trans0, pts + rng.normal(size=pts.shape) * 0.05, cam_idx, pt_idx, xy, fixed, FOCAL_PX)
+    return BAProblem(
+        rot0, trans0, pts + rng.normal(size=pts.shape) * 0.05, cam_idx, pt_idx, xy, fixed, FOCAL_PX
+    )
 
 
 def _time(prob: BAProblem, xp, iterations: int) -> tuple[float, float, int]:  # noqa: ANN001
@@ -78,13 +81,31 @@ def main() -> None:
         n_cam, n_pt = (int(v) for v in size.split("x"))
         prob = synthetic_problem(n_cam, n_pt)
         for name, xp in backends:
-            dev = prob if xp is np else dataclasses.replace(
-                prob, **{f.name: xp.asarray(getattr(prob, f.name)) for f in dataclasses.fields(prob)
-                         if f.name != "focal_px"})
+            dev = (
+                prob
+                if xp is np
+                else dataclasses.replace(
+                    prob,
+                    **{
+                        f.name: xp.asarray(getattr(prob, f.name))
+                        for f in dataclasses.fields(prob)
+                        if f.name != "focal_px"
+                    },
+                )
+            )
             wall, cost, its = _time(dev, xp, args.iterations)
-            rows.append({"cameras": n_cam, "points": n_pt, "observations": len(prob.cam_idx), "backend": name,
-                         "wall_s": round(wall, 3), "iterations": its, "s_per_iteration": round(wall / its, 4),
-                         "final_cost": cost})
+            rows.append(
+                {
+                    "cameras": n_cam,
+                    "points": n_pt,
+                    "observations": len(prob.cam_idx),
+                    "backend": name,
+                    "wall_s": round(wall, 3),
+                    "iterations": its,
+                    "s_per_iteration": round(wall / its, 4),
+                    "final_cost": cost,
+                }
+            )
             print(rows[-1], flush=True)  # noqa: T201 - benchmark progress
     gpu = ""
     if len(backends) > 1:
@@ -93,11 +114,17 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ba_device.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
-    lines = [f"# bundle adjustment, numpy vs cupy\n\ncommand: `{meta['command']}`  \ndate: {meta['date']}  \n"
-             f"machine: {meta['machine']}\n", "| cameras | points | observations | backend | s/iteration | iterations |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {r['cameras']} | {r['points']} | {r['observations']} | {r['backend']} | {r['s_per_iteration']} "
-              f"| {r['iterations']} |" for r in rows]
+    lines = [
+        f"# bundle adjustment, numpy vs cupy\n\ncommand: `{meta['command']}`  \ndate: {meta['date']}  \n"
+        f"machine: {meta['machine']}\n",
+        "| cameras | points | observations | backend | s/iteration | iterations |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['cameras']} | {r['points']} | {r['observations']} | {r['backend']} | {r['s_per_iteration']} "
+        f"| {r['iterations']} |"
+        for r in rows
+    ]
     (out / "ba_device.md").write_text("\n".join(lines) + "\n")
 
 

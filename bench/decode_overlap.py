@@ -43,11 +43,11 @@ def main() -> None:
         shard = _shard(video, args.frames)
         timings: dict[int, list[tuple[float, float]]] = {0: [], 1: []}
         for _ in range(args.repeats):
-            for depth in timings:
+            for depth, runs in timings.items():
                 decode = replace(DecodeOptions(), prefetch_chunks=depth)
                 wall0, cpu0 = time.perf_counter(), time.process_time()
                 shard_outputs(shard, decode, FeatureOptions())
-                timings[depth].append((time.perf_counter() - wall0, time.process_time() - cpu0))
+                runs.append((time.perf_counter() - wall0, time.process_time() - cpu0))
     best = {depth: min(t, key=lambda x: x[0]) for depth, t in timings.items()}
     result = {
         **provenance("bench.decode_overlap"),

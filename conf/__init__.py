@@ -1,0 +1,1 @@
+"""Configuration files: conf/default.yaml (generated from the option dataclasses) and robot profiles."""

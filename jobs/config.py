@@ -196,7 +196,9 @@ def _field_comments(cls: type) -> dict[str, list[str]]:
         stripped = line.strip()
         if stripped.startswith("#"):
             pending.append(stripped.lstrip("#").strip())
-        elif ":" in stripped and not stripped.startswith(("def ", "class ", '"', "@")) and pending is not None:
+        elif (
+            ":" in stripped and not stripped.startswith(("def ", "class ", '"', "@")) and pending is not None
+        ):
             comments[stripped.split(":")[0].strip()] = pending
             pending = []
         else:

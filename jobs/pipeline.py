@@ -21,7 +21,15 @@ from jobs.config import PipelineConfig, section_hash
 from jobs.stage import EpisodeOutcome, Stage, StageContext, record_runs, run_episode_stage
 from jobs.tables import Layout, Lineage
 
-__all__ = ["EPISODE_STAGES", "STAGE_NAMES", "RunSummary", "main", "new_run_id", "run_pipeline", "stage_hashes"]
+__all__ = [
+    "EPISODE_STAGES",
+    "STAGE_NAMES",
+    "RunSummary",
+    "main",
+    "new_run_id",
+    "run_pipeline",
+    "stage_hashes",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +69,10 @@ def new_run_id() -> str:
 
 
 def stage_hashes(cfg: PipelineConfig) -> dict[str, str]:
-    """Config hash per stage, chained: a stage's hash covers its own sections, its version,
-    its `inputs_digest` (files it reads besides the config) and its upstream's hash, so changing an
-    upstream knob invalidates everything downstream.
+    """Config hash per stage, chained.
+
+    A stage's hash covers its own sections, its version, its `inputs_digest` (files it reads besides
+    the config) and its upstream's hash, so changing an upstream knob invalidates everything downstream.
     """
     hashes = {ingest.STAGE_NAME: section_hash(cfg, ("ingest",), salt=ingest.STAGE_VERSION)}
     for stage in EPISODE_STAGES:
@@ -134,7 +143,9 @@ def run_pipeline(  # noqa: PLR0913 - mirrors the CLI's options one to one
         stage = next(s for s in EPISODE_STAGES if s.name == name)
         outcomes = run_episode_stage(ctx, stage, hashes[name], scope, force)
         summary.add(name, outcomes)
-    logger.info("run finished run_id=%s counts=%s quarantined=%d", ctx.run_id, summary.counts, summary.quarantined)
+    logger.info(
+        "run finished run_id=%s counts=%s quarantined=%d", ctx.run_id, summary.counts, summary.quarantined
+    )
     return summary
 
 

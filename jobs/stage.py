@@ -123,7 +123,9 @@ def latest_runs(spark: SparkSession, layout: Layout) -> pd.DataFrame:
     if not exists(layout, RUNS):
         return pd.DataFrame(columns=[f.name for f in RUNS.spark_full.fields])
     runs = read(spark, layout, RUNS).where(F.col("status") != "skipped")
-    order = Window.partitionBy("stage", "episode_id").orderBy(F.col("finished").desc(), F.col("run_id").desc())
+    order = Window.partitionBy("stage", "episode_id").orderBy(
+        F.col("finished").desc(), F.col("run_id").desc()
+    )
     latest = runs.withColumn("_n", F.row_number().over(order)).where("_n = 1").drop("_n")
     return latest.toPandas()
 
@@ -167,7 +169,7 @@ def select_episodes(
     hash and finished after its upstream's latest ok run.
     """
     up = latest[(latest["stage"] == stage.upstream) & (latest["status"] == "ok")]
-    up_finished = dict(zip(up["episode_id"], up["finished"]))
+    up_finished = dict(zip(up["episode_id"], up["finished"], strict=True))
     candidates = sorted(e for e in up_finished if scope is None or e in set(scope))
     if force:
         return candidates, []
@@ -208,7 +210,9 @@ def run_episode_stage(
     return outcomes
 
 
-def _process_isolated(ctx: StageContext, stage: Stage, lineage: Lineage, batch: list[str]) -> list[EpisodeOutcome]:
+def _process_isolated(
+    ctx: StageContext, stage: Stage, lineage: Lineage, batch: list[str]
+) -> list[EpisodeOutcome]:
     """Process a batch; if the Spark job itself dies (a crashed worker), retry episode by episode.
 
     Per-episode errors are caught by `udfs.guard`; this catches what kills a whole job, such as a
@@ -249,8 +253,10 @@ def write_guarded(
     try:
         outcomes: list[EpisodeOutcome] = []
         for i, schema in enumerate(schemas):
-            rows = result if len(schemas) == 1 else result.where(
-                (F.col(TABLE_COLUMN) == schema.name) | (F.col("_row_kind") == ERROR_KIND)
+            rows = (
+                result
+                if len(schemas) == 1
+                else result.where((F.col(TABLE_COLUMN) == schema.name) | (F.col("_row_kind") == ERROR_KIND))
             )
             data, failures = split_guarded(rows, schema.columns)
             write(data, ctx.layout, schema, episodes, lineage)
@@ -261,9 +267,7 @@ def write_guarded(
         result.unpersist()
 
 
-def map_per_shard(
-    ctx: StageContext, units: DataFrame, unit_fn: Callable, out_schema: pa.Schema
-) -> DataFrame:
+def map_per_shard(ctx: StageContext, units: DataFrame, unit_fn: Callable, out_schema: pa.Schema) -> DataFrame:
     """Run `unit_fn` once per shard row of `units`, one Spark task per shard, guarded by `udfs.guard`.
 
     `units` holds one light row per (episode_id, shard_idx) (paths and frame ranges, never pixels);

@@ -42,7 +42,8 @@ summary.counts
 # MAGIC %md
 # MAGIC ## SQL over the stage tables
 # MAGIC Every table is a Delta folder under `OUTPUT/tables/<name>`. Register them as views for this
-# MAGIC session, or once in the metastore: `CREATE TABLE egolake.videos USING DELTA LOCATION '<OUTPUT>/tables/videos'`.
+# MAGIC session, or once in the metastore:
+# MAGIC `CREATE TABLE egolake.videos USING DELTA LOCATION '<OUTPUT>/tables/videos'`.
 
 # COMMAND ----------
 

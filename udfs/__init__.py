@@ -1,0 +1,1 @@
+"""Adapters pandas frame -> pandas frame around pose_core, callable without Spark; media I/O."""

@@ -22,7 +22,7 @@ __all__ = ["Camera", "CameraModel", "IntrinsicsSource"]
 logger = logging.getLogger(__name__)
 
 CameraModel = Literal["pinhole", "radtan", "fisheye"]
-# where the intrinsics came from; "estimated": estimated from the footage by global BA (camera_poses.completion)
+# where the intrinsics came from; "estimated": from the footage by global BA (camera_poses.completion)
 IntrinsicsSource = Literal["sidecar", "metadata", "prior", "estimated"]
 
 _N_DIST = {"pinhole": 0, "radtan": 4, "fisheye": 4}
@@ -62,7 +62,9 @@ class Camera:
         if self.model not in _N_DIST:
             problems.append(f"unknown camera model {self.model!r}")
         elif len(self.dist) != _N_DIST[self.model]:
-            problems.append(f"model {self.model} needs {_N_DIST[self.model]} coefficients, got {len(self.dist)}")
+            problems.append(
+                f"model {self.model} needs {_N_DIST[self.model]} coefficients, got {len(self.dist)}"
+            )
         if self.width <= 0 or self.height <= 0:
             problems.append(f"image size must be positive, got {self.width}x{self.height}")
         if self.fx <= 0 or self.fy <= 0:
@@ -105,8 +107,13 @@ class Camera:
         """The same camera for an image resized to ``width x height`` (distortion is scale free)."""
         sx, sy = width / self.width, height / self.height
         return replace(
-            self, width=width, height=height, fx=self.fx * sx, fy=self.fy * sy,
-            cx=(self.cx + 0.5) * sx - 0.5, cy=(self.cy + 0.5) * sy - 0.5,
+            self,
+            width=width,
+            height=height,
+            fx=self.fx * sx,
+            fy=self.fy * sy,
+            cx=(self.cx + 0.5) * sx - 0.5,
+            cy=(self.cy + 0.5) * sy - 0.5,
         )
 
     def img_from_cam(self, x_in_cam: np.ndarray) -> np.ndarray:
@@ -169,8 +176,13 @@ class Camera:
         if self.model == "radtan":
             k1, k2, p1, p2 = self.dist
             radial = 1 + k1 * r2 + k2 * r2 * r2
-            return np.stack([x * radial + 2 * p1 * x * y + p2 * (r2 + 2 * x * x),
-                             y * radial + p1 * (r2 + 2 * y * y) + 2 * p2 * x * y], axis=1)
+            return np.stack(
+                [
+                    x * radial + 2 * p1 * x * y + p2 * (r2 + 2 * x * x),
+                    y * radial + p1 * (r2 + 2 * y * y) + 2 * p2 * x * y,
+                ],
+                axis=1,
+            )
         k1, k2, k3, k4 = self.dist
         r = np.sqrt(r2)
         theta = np.arctan(r)

@@ -10,7 +10,11 @@ CAM = Camera(640, 480, 500.0, 500.0, 319.5, 239.5)
 
 
 def _sideways_clip(
-    first_frame_tracks: int, frames: int = 40, seed: int = 0, step_m: float = 0.02, dying: tuple[int, int] = (0, 0)
+    first_frame_tracks: int,
+    frames: int = 40,
+    seed: int = 0,
+    step_m: float = 0.02,
+    dying: tuple[int, int] = (0, 0),
 ) -> list[FrameFeatures]:
     """A camera sliding `step_m` per frame along x past points 4-8 m away.
 
@@ -69,5 +73,7 @@ def test_slow_start_keeps_its_baseline_and_its_first_frames():
     assert tracking[:8].all() and tracking.mean() > 0.9
     centres = result.world_from_cam[tracking][:, :3, 3]
     truth = 0.015 * np.flatnonzero(tracking)
-    scale = np.dot(centres[:, 0] - centres[0, 0], truth - truth[0]) / np.dot(truth - truth[0], truth - truth[0])
+    scale = np.dot(centres[:, 0] - centres[0, 0], truth - truth[0]) / np.dot(
+        truth - truth[0], truth - truth[0]
+    )
     assert np.abs(centres[:, 0] - centres[0, 0] - scale * (truth - truth[0])).max() < 0.02 * scale * truth[-1]

@@ -6,8 +6,16 @@ from pose_core.errors import InputError, ShapeError
 from pose_core.geometry.camera import Camera
 
 RNG = np.random.default_rng(0)
-EUROC = Camera(752, 480, 458.654, 457.296, 367.215, 248.375, "radtan",
-               (-0.28340811, 0.07395907, 0.00019359, 1.76187114e-05))
+EUROC = Camera(
+    752,
+    480,
+    458.654,
+    457.296,
+    367.215,
+    248.375,
+    "radtan",
+    (-0.28340811, 0.07395907, 0.00019359, 1.76187114e-05),
+)
 FISHEYE = Camera(640, 480, 300.0, 301.0, 320.0, 240.0, "fisheye", (-0.013, 0.02, -0.006, 0.001))
 
 
@@ -20,7 +28,9 @@ def test_projection_matches_opencv(cam):
     x_in_cam = _points()
     dist = np.array(cam.dist)
     if cam.model == "fisheye":
-        ref = cv2.fisheye.projectPoints(x_in_cam.reshape(-1, 1, 3), np.zeros(3), np.zeros(3), cam.k_matrix, dist)[0]
+        ref = cv2.fisheye.projectPoints(
+            x_in_cam.reshape(-1, 1, 3), np.zeros(3), np.zeros(3), cam.k_matrix, dist
+        )[0]
     else:
         ref = cv2.projectPoints(x_in_cam, np.zeros(3), np.zeros(3), cam.k_matrix, dist)[0]
     np.testing.assert_allclose(cam.img_from_cam(x_in_cam), ref.reshape(-1, 2), atol=1e-9)

@@ -3,8 +3,14 @@ import pytest
 
 from pose_core.errors import ShapeError
 from pose_core.geometry.rigid3 import (
-    Rigid3, interpolate_rigid, invert_rigid_matrices, matrix_from_quat_wxyz, nearest_rotation,
-    quat_wxyz_from_matrix, so3_exp, so3_log,
+    Rigid3,
+    interpolate_rigid,
+    invert_rigid_matrices,
+    matrix_from_quat_wxyz,
+    nearest_rotation,
+    quat_wxyz_from_matrix,
+    so3_exp,
+    so3_log,
 )
 
 RNG = np.random.default_rng(0)
@@ -51,7 +57,9 @@ class TestSo3:
         rot = so3_exp(RNG.normal(size=(10, 3)))
         noisy = rot + 1e-4 * RNG.normal(size=rot.shape)
         fixed = nearest_rotation(noisy)
-        np.testing.assert_allclose(fixed @ np.swapaxes(fixed, 1, 2), np.broadcast_to(np.eye(3), rot.shape), atol=1e-12)
+        np.testing.assert_allclose(
+            fixed @ np.swapaxes(fixed, 1, 2), np.broadcast_to(np.eye(3), rot.shape), atol=1e-12
+        )
         assert np.abs(fixed - rot).max() < 1e-3
 
 
