@@ -66,6 +66,7 @@ bench: setup
 	$(PY) -m bench.decode --out bench/results
 	$(PY) -m bench.export --out bench/results
 	$(PY) -m bench.retarget --out bench/results
+	$(PY) -m bench.retarget_pipeline --work $${TMPDIR:-/tmp}/egolake_bench_retarget --out bench/results
 	$(PY) -m bench.hand_scale --out bench/results
 
 lint: setup
