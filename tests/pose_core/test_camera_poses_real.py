@@ -55,6 +55,21 @@ def test_kitti_ate_below_0p3_percent(kitti_features, kitti_gt):
     assert np.nanmedian(done.reproj_error_px) < 1.0
 
 
+def test_a_keyframe_pose_its_tracks_reject_is_posed_again(kitti_features, kitti_gt):
+    """Completion trusts a keyframe's BA pose only where it explains the frame's own tracks: one knocked
+    30 cm sideways (about a tenth of its distance to the next keyframe) is fitted again."""
+    tracked, _, done = _run(kitti_features, KITTI_CAM)
+    kf = tracked.keyframes[len(tracked.keyframes) // 2]
+    kf.cam_from_world = kf.cam_from_world.copy()
+    span = [np.linalg.norm(w[-1, :3, 3] - w[0, :3, 3]) for w in (kitti_gt, done.world_from_cam)]
+    kf.cam_from_world[0, 3] += 0.3 * span[1] / span[0]
+    again = complete_poses(tracked, kitti_features, KITTI_CAM)
+    f = kf.frame_idx
+    assert done.quality[f] == PoseQuality.KEYFRAME and again.quality[f] == PoseQuality.MOTION_ONLY
+    err = evaluate_trajectory(again.world_from_cam, kitti_gt)
+    assert err.ate_max_m <= 3 * err.ate_rmse_m, err
+
+
 def test_kitti_640x480(kitti_gt):
     imgs = [cv2.resize(cv2.imread(p, cv2.IMREAD_GRAYSCALE), (640, 480), interpolation=cv2.INTER_AREA)
             for p in sorted(glob.glob(f"{KITTI}/image_l/*.png"))]
