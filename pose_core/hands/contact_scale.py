@@ -62,6 +62,7 @@ from scipy.signal import savgol_filter
 from scipy.stats import t as student_t
 
 from pose_core.errors import ShapeError
+from pose_core.hands.estimator import RIGID_PALM
 
 __all__ = [
     "ContactMoment",
@@ -79,7 +80,7 @@ FloatArray = NDArray[np.float64]
 
 # Keypoints of the rigid palm (wrist and the four finger bases): their mean is the hand's position for
 # the speed test (fingers curl while a resting hand stays put).
-_PALM = np.array([0, 5, 9, 13, 17])
+_PALM = np.array(RIGID_PALM)
 # The median's standard error over the mean's for normal data (sqrt(pi / 2)).
 _MEDIAN_EFFICIENCY = 1.2533
 

@@ -17,12 +17,14 @@ import numpy as np
 from pose_core.errors import ShapeError
 
 __all__ = [
+    "FINGER_BASES",
     "FINGER_CHAINS",
     "KEYPOINT_NAMES",
     "NUM_KEYPOINTS",
     "HandEstimator",
     "HandObservation",
     "Handedness",
+    "RIGID_PALM",
     "check_frames",
 ]
 
@@ -45,6 +47,10 @@ FINGER_CHAINS: tuple[tuple[int, ...], ...] = (
     (0, 13, 14, 15, 16),
     (0, 17, 18, 19, 20),
 )
+#: The four finger bases (index, middle, ring, little MCP); wrist -> these is the hand's palm size.
+FINGER_BASES: tuple[int, ...] = (5, 9, 13, 17)
+#: Wrist and finger bases: rigid, unlike the fingers, whose fitted articulation can change between frames.
+RIGID_PALM: tuple[int, ...] = (0, *FINGER_BASES)
 
 Handedness = Literal["left", "right"]
 

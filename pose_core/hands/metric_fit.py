@@ -26,7 +26,7 @@ import numpy as np
 from pose_core.errors import ShapeError
 from pose_core.geometry.camera import Camera
 from pose_core.hands.articulated import ArticulatedOptions, refine_articulated
-from pose_core.hands.estimator import NUM_KEYPOINTS, HandObservation
+from pose_core.hands.estimator import FINGER_BASES, NUM_KEYPOINTS, HandObservation
 from pose_core.hands.skeleton import bone_lengths, canonical_palm_size, retarget
 
 __all__ = [
@@ -42,7 +42,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_MCPS = (5, 9, 13, 17)
 PALM_KEYPOINTS = (0, 1, 5, 9, 13, 17)
 
 # A relaxed, flat right hand in its own frame: x towards the thumb, y from the wrist to the fingers,
@@ -114,7 +113,7 @@ class HandFit:
 
 def palm_size(keypoints: np.ndarray) -> float:
     """Mean wrist -> finger-MCP distance of a hand `(21, 3)`, in its units."""
-    return float(np.mean(np.linalg.norm(keypoints[list(_MCPS)] - keypoints[0], axis=-1)))
+    return float(np.mean(np.linalg.norm(keypoints[list(FINGER_BASES)] - keypoints[0], axis=-1)))
 
 
 def _invalid(shape_source: str, num: int) -> HandFit:

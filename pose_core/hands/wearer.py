@@ -31,13 +31,14 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from pose_core.errors import ShapeError
+from pose_core.hands.estimator import FINGER_BASES, RIGID_PALM
 
 __all__ = ["WearerAssignment", "WearerOptions", "assign_identities", "bystander_evidence", "side_evidence"]
 
 logger = logging.getLogger(__name__)
 
-_MCPS = [5, 9, 13, 17]
-_PALM = [0, *_MCPS]  # wrist and finger bases: rigid, unlike fingers whose fitted articulation can flip
+_MCPS = list(FINGER_BASES)
+_PALM = list(RIGID_PALM)
 _UNMATCHED = 1e6
 
 
