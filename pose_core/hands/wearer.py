@@ -37,8 +37,6 @@ __all__ = ["WearerAssignment", "WearerOptions", "assign_identities", "bystander_
 
 logger = logging.getLogger(__name__)
 
-_MCPS = list(FINGER_BASES)
-_PALM = list(RIGID_PALM)
 _UNMATCHED = 1e6
 
 
@@ -110,7 +108,7 @@ def _unit(vectors: np.ndarray) -> np.ndarray:
 def _palm_px(keypoints_px: np.ndarray) -> np.ndarray:
     """Hand size in the image: mean wrist -> finger-base distance, pixels, `(N,)`."""
     return np.maximum(
-        np.linalg.norm(keypoints_px[:, _MCPS] - keypoints_px[:, :1], axis=-1).mean(axis=-1), 1.0
+        np.linalg.norm(keypoints_px[:, list(FINGER_BASES)] - keypoints_px[:, :1], axis=-1).mean(axis=-1), 1.0
     )
 
 
@@ -179,7 +177,8 @@ class _Track:
         gap = frame - self.frame
         predicted = self.keypoints_px + self.velocity_px * gap
         scale = max(size_px, self.size_px)
-        distance = float(np.median(np.linalg.norm(keypoints_px[_PALM] - predicted[_PALM], axis=-1))) / scale
+        palm = list(RIGID_PALM)
+        distance = float(np.median(np.linalg.norm(keypoints_px[palm] - predicted[palm], axis=-1))) / scale
         if distance > opts.max_match_palms * min(gap, opts.max_gate_growth):
             return _UNMATCHED
         size = opts.size_cost * abs(np.log(size_px / self.size_px))
