@@ -330,15 +330,12 @@ def _keyframe_holds(
     if np.count_nonzero(have) < opts.min_inliers:
         return True  # nothing better to fit: BA's pose stands
     xy = camera.cam_ray_from_img(feat.uv_px[have].astype(np.float64))
-    x_in_cam = result.points_in_world[pidx[have]] @ kf.cam_from_world[:3, :3].T + kf.cam_from_world[:3, 3]
-    z = x_in_cam[:, 2]
-    err_px = camera.focal_px * np.linalg.norm(
-        x_in_cam[:, :2] / np.where(z > 0, z, np.nan)[:, None] - xy, axis=1
-    )
-    explained = np.count_nonzero(np.nan_to_num(err_px, nan=np.inf) <= opts.inlier_px)
-    fit = optimize_pose(
-        kf.cam_from_world, result.points_in_world[pidx[have]], xy, camera.focal_px, opts.ba, opts.inlier_px
-    )
+    x_in_world = result.points_in_world[pidx[have]]
+    x_in_cam = x_in_world @ kf.cam_from_world[:3, :3].T + kf.cam_from_world[:3, 3]
+    z = np.where(x_in_cam[:, 2] > 0, x_in_cam[:, 2], np.nan)  # behind the camera: never explained
+    err_px = camera.focal_px * np.linalg.norm(x_in_cam[:, :2] / z[:, None] - xy, axis=1)
+    explained = np.count_nonzero(err_px <= opts.inlier_px)  # NaN compares False
+    fit = optimize_pose(kf.cam_from_world, x_in_world, xy, camera.focal_px, opts.ba, opts.inlier_px)
     return explained >= opts.keyframe_min_explained * np.count_nonzero(fit.inliers)
 
 
