@@ -51,7 +51,6 @@ from pose_core.retarget import (
     as_right_hand,
     grip_aperture_from_keypoints,
     keypoints_in_wrist,
-    load_embodiment,
     reached_from_home,
     retarget_hand_keypoints,
     retarget_wrist_trajectory,
@@ -73,6 +72,7 @@ from pose_core.training.tensors import nearest_source, uniform_times
 from schemas.tables import ROBOT_ACTIONS, ROBOT_QUALITY
 from udfs.guard import run_unit
 from udfs.multi_output import stack_tables, union_schema
+from udfs.robots import load_embodiment
 
 __all__ = [
     "BASE_PLACEMENTS",

@@ -8,7 +8,7 @@ from pose_core.retarget.arm import (
     retarget_wrist_trajectory,
     smoothed_world_targets,
 )
-from pose_core.retarget.embodiment import ROBOTS_DIR_ENV, Embodiment, load_embodiment
+from pose_core.retarget.embodiment import Embodiment, embodiment_from_profile
 from pose_core.retarget.hand import HandRetargetOptions, HandRetargetResult, retarget_hand_keypoints
 from pose_core.retarget.orientation import OrientationSpec
 from pose_core.retarget.placement import (
@@ -25,7 +25,6 @@ from pose_core.retarget.wrist import (
 )
 
 __all__ = [
-    "ROBOTS_DIR_ENV",
     "Embodiment",
     "HandRetargetOptions",
     "HandRetargetResult",
@@ -35,10 +34,10 @@ __all__ = [
     "RetargetResult",
     "SmoothingOptions",
     "as_right_hand",
+    "embodiment_from_profile",
     "false_runs",
     "grip_aperture_from_keypoints",
     "keypoints_in_wrist",
-    "load_embodiment",
     "reached_from_home",
     "retarget_hand_keypoints",
     "retarget_wrist_trajectory",

@@ -1,9 +1,8 @@
 """Embodiment profiles: a robot's URDF plus how human hand motion maps onto it.
 
-A profile is a YAML file (``conf/embodiments/<name>.yaml``, every key documented there). It names
-its URDF relative to a *robots root*, never by absolute path; the root is the ``robots_dir``
-argument, else the ``EGOLAKE_ROBOTS_DIR`` environment variable. ``package://NAME/...`` URIs map to
-``robots_dir / packages[NAME]``, or to the caller's ``package_map`` (absolute folders) when given.
+A profile is a YAML file (``conf/embodiments/<name>.yaml``, every key documented there); this module
+turns the already-parsed profile and its parsed URDF into an `Embodiment`. Finding and reading the
+files (robots root, ``package://`` URIs) is `udfs.robots.load_embodiment`'s job.
 
 Convention:
     ``world`` is the human world frame of ``hands_world``; the robot base stands at
@@ -17,34 +16,30 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from numpy.typing import NDArray
 
 from pose_core.errors import InputError
 from pose_core.retarget.kinematics import KinematicModel
 from pose_core.retarget.orientation import OrientationSpec
-from pose_core.retarget.urdf import UrdfModel, matrix_from_xyz_rpy, read_urdf, resolve_package_uri
+from pose_core.retarget.urdf import UrdfModel, matrix_from_xyz_rpy
 
 __all__ = [
-    "ROBOTS_DIR_ENV",
     "Embodiment",
     "GripperMapping",
     "KeypointVector",
-    "load_embodiment",
+    "check_profile_keys",
+    "embodiment_from_profile",
 ]
 
 logger = logging.getLogger(__name__)
 
 FloatArray = NDArray[np.float64]
 
-ROBOTS_DIR_ENV = "EGOLAKE_ROBOTS_DIR"
 _ARM_KEYS = {"ee_link", "ee_from_tcp", "tcp_from_wrist_rpy", "gripper", "reach", "workspace",
              "world_from_base", "orientation", "acceleration"}
 _REACH_KEYS = {"position_tol_m"}
@@ -168,16 +163,8 @@ def _rotation(rpy: Any) -> FloatArray:
     return matrix_from_xyz_rpy((0.0, 0.0, 0.0), rpy if rpy is not None else (0.0, 0.0, 0.0))
 
 
-def _resolve_root(robots_dir: Path | str | None, profile_path: Path) -> Path:
-    root = robots_dir if robots_dir is not None else os.environ.get(ROBOTS_DIR_ENV)
-    if root is None:
-        raise InputError("robots_dir_unset",
-                         f"no robots root: pass robots_dir or set {ROBOTS_DIR_ENV} to the folder "
-                         "that holds the URDFs (see conf/embodiments/README.md)", str(profile_path))
-    return Path(root)
-
-
-def _check_keys(raw: Mapping[str, Any], path: Path) -> None:
+def check_profile_keys(raw: Mapping[str, Any], source: str) -> None:
+    """Every problem with a parsed profile's keys at once, as one ``profile_invalid`` error."""
     problems = []
     kind = raw.get("kind")
     if kind not in ("arm", "hand"):
@@ -198,18 +185,18 @@ def _check_keys(raw: Mapping[str, Any], path: Path) -> None:
     if isinstance(fps, bool) or not isinstance(fps, int) or fps < 1:
         problems.append(f"control_fps must be a whole number of Hz >= 1, got {fps!r}")
     if problems:
-        raise InputError("profile_invalid", "; ".join(problems), str(path))
+        raise InputError("profile_invalid", "; ".join(problems), source)
 
 
 def _limits(raw: Mapping[str, Any], model: KinematicModel,
-            path: Path) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+            source: str) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """(lower, upper, velocity, acceleration) per joint after the profile's overrides."""
     lower, upper, velocity = model.lower.copy(), model.upper.copy(), model.velocity.copy()
     acceleration = np.full(model.num_joints, float(raw.get("acceleration", math.inf)))
     overrides = raw.get("joints") or {}
     unknown = sorted(set(overrides) - set(model.joint_names))
     if unknown:
-        raise InputError("profile_invalid", f"joint overrides for unknown joints {unknown}", str(path))
+        raise InputError("profile_invalid", f"joint overrides for unknown joints {unknown}", source)
     for i, name in enumerate(model.joint_names):
         spec = overrides.get(name, {})
         lower[i] = float(spec.get("lower", lower[i]))
@@ -219,18 +206,18 @@ def _limits(raw: Mapping[str, Any], model: KinematicModel,
     if np.any(lower > upper) or not np.all(np.isfinite(velocity)) or np.any(acceleration <= 0):
         raise InputError("profile_invalid", "joint limits need lower <= upper, finite velocities "
                          "(give 'velocity' in 'joints' where the URDF has none) and accelerations > 0",
-                         str(path))
+                         source)
     return lower, upper, velocity * float(raw.get("velocity_scale", 1.0)), acceleration
 
 
-def _orientation(raw: Mapping[str, Any], urdf: UrdfModel, path: Path) -> tuple[OrientationSpec, list[str]]:
+def _orientation(raw: Mapping[str, Any], urdf: UrdfModel, source: str) -> tuple[OrientationSpec, list[str]]:
     """The profile's orientation task and the extra model frame it needs (the plane joint's child link)."""
     spec = dict(raw.get("orientation") or {})
     try:
         out = OrientationSpec(**spec)
         extra = [urdf.joint(out.plane_joint).child] if out.approach == "in_plane" and out.plane_joint else []
     except (ValueError, KeyError, TypeError) as exc:
-        raise InputError("profile_invalid", str(exc), str(path)) from exc
+        raise InputError("profile_invalid", str(exc), source) from exc
     return out, extra
 
 
@@ -243,53 +230,37 @@ def _gripper(spec: Mapping[str, Any] | None, urdf: UrdfModel) -> GripperMapping 
                           float(spec["aperture_open_m"]), velocity)
 
 
-def load_embodiment(
-    profile_path: Path | str,
-    robots_dir: Path | str | None = None,
-    package_map: Mapping[str, Path | str] | None = None,
-) -> Embodiment:
-    """Load a profile and its URDF.
+def embodiment_from_profile(raw: Mapping[str, Any], urdf: UrdfModel, source: str) -> Embodiment:
+    """Build an embodiment from a parsed profile and its parsed URDF.
 
     Args:
-        profile_path: the YAML profile.
-        robots_dir: robots root; default ``$EGOLAKE_ROBOTS_DIR``.
-        package_map: ``package://`` name -> folder; default the profile's ``packages`` under the root.
-
-    Returns:
-        The embodiment.
+        raw: the profile's keys (YAML already parsed; `check_profile_keys` already passed).
+        urdf: the URDF the profile names.
+        source: where the profile came from, for error messages.
 
     Raises:
-        InputError: ``profile_invalid`` (every problem listed), ``robots_dir_unset``, ``urdf_missing``,
-            ``urdf_invalid`` or ``package_unknown``.
+        InputError: ``profile_invalid`` (unknown links or joints, limits, home outside them).
     """
-    path = Path(profile_path)
-    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    _check_keys(raw, path)
-    root = _resolve_root(robots_dir, path)
-    packages = {k: Path(v) for k, v in (package_map or {}).items()} or {
-        k: root / v for k, v in (raw.get("packages") or {}).items()}
-    urdf_path = resolve_package_uri(str(raw["urdf"]), packages, root)
-    urdf = read_urdf(urdf_path)
     vectors = tuple(KeypointVector(v["origin_link"], v["task_link"], int(v["origin_keypoint"]),
                                    int(v["task_keypoint"]), float(v.get("weight", 1.0)))
                     for v in raw.get("vectors") or ())
-    orientation, plane_link = (_orientation(raw, urdf, path) if raw["kind"] == "arm"
+    orientation, plane_link = (_orientation(raw, urdf, source) if raw["kind"] == "arm"
                                else (OrientationSpec(), []))
     frames = [raw["ee_link"], *plane_link] if raw["kind"] == "arm" else sorted(
         {v.origin_link for v in vectors} | {v.task_link for v in vectors})
     try:
         model = KinematicModel(urdf, frames, base_link=raw.get("base_link"))
     except KeyError as exc:
-        raise InputError("profile_invalid", str(exc), str(path)) from exc
-    lower, upper, velocity, acceleration = _limits(raw, model, path)
+        raise InputError("profile_invalid", str(exc), source) from exc
+    lower, upper, velocity, acceleration = _limits(raw, model, source)
     home = np.asarray(raw["home"], dtype=np.float64)
     if home.shape != (model.num_joints,) or np.any(home < lower) or np.any(home > upper):
         raise InputError("profile_invalid", f"home must be {model.num_joints} values within the limits of "
-                         f"{model.joint_names}", str(path))
+                         f"{model.joint_names}", source)
     workspace = raw.get("workspace") or {}
     reach = raw.get("reach") or {}
-    logger.info("embodiment %s: %d joints %s from %s", raw["name"], model.num_joints, model.joint_names,
-                urdf_path)
+    logger.info("embodiment %s: %d joints %s (URDF %s)", raw["name"], model.num_joints, model.joint_names,
+                urdf.name)
     return Embodiment(
         name=str(raw["name"]), kind=str(raw["kind"]), urdf=urdf, model=model,
         lower=lower, upper=upper, velocity=velocity, acceleration=acceleration, home=home,

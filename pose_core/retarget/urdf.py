@@ -6,7 +6,6 @@ Convention:
     (``rpy`` is fixed-axis roll, pitch, yaw: ``R = Rz(yaw) @ Ry(pitch) @ Rx(roll)``) and
     ``motion(q)`` rotates by ``q`` radians about ``axis`` (revolute, continuous) or translates by
     ``q`` metres along it (prismatic). A mimic joint follows ``q = multiplier * q_src + offset``.
-    ``package://NAME/rest`` resolves to ``package_map[NAME] / rest``.
 """
 
 from __future__ import annotations
@@ -14,9 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
@@ -29,8 +26,6 @@ __all__ = [
     "UrdfModel",
     "matrix_from_xyz_rpy",
     "parse_urdf",
-    "read_urdf",
-    "resolve_package_uri",
 ]
 
 logger = logging.getLogger(__name__)
@@ -118,43 +113,6 @@ def matrix_from_xyz_rpy(xyz: tuple[float, ...] | FloatArray,
     ]
     out[:3, 3] = np.asarray(xyz, dtype=np.float64)
     return out
-
-
-def resolve_package_uri(uri: str, package_map: Mapping[str, Path], base_dir: Path) -> Path:
-    """Turn a URDF file reference into a path.
-
-    Args:
-        uri: ``package://NAME/rest``, ``file://...``, an absolute path or one relative to ``base_dir``.
-        package_map: package name -> its root folder.
-        base_dir: folder that relative paths start from (the URDF's folder).
-
-    Returns:
-        The resolved path (not checked for existence).
-
-    Raises:
-        InputError: ``package_unknown`` when the package is not in ``package_map``.
-    """
-    if uri.startswith("package://"):
-        name, _, rest = uri[len("package://"):].partition("/")
-        if name not in package_map:
-            raise InputError("package_unknown",
-                             f"package {name!r} is not mapped; known: {sorted(package_map)}", uri)
-        return Path(package_map[name]) / rest
-    if uri.startswith("file://"):
-        return Path(uri[len("file://"):])
-    path = Path(uri)
-    return path if path.is_absolute() else base_dir / path
-
-
-def read_urdf(path: Path) -> UrdfModel:
-    """Read a URDF file.
-
-    Raises:
-        InputError: ``urdf_missing`` if the file does not exist, ``urdf_invalid`` if it cannot be parsed.
-    """
-    if not path.is_file():
-        raise InputError("urdf_missing", "URDF file not found (set EGOLAKE_ROBOTS_DIR?)", str(path))
-    return parse_urdf(path.read_text(encoding="utf-8"), source=str(path))
 
 
 def _floats(text: str | None, default: tuple[float, ...]) -> tuple[float, ...]:

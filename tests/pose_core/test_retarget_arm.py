@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pose_core.errors import EgolakeError, InputError, ShapeError
+from pose_core.errors import EgolakeError, ShapeError
 from pose_core.geometry.rigid3 import so3_exp
 from pose_core.retarget.arm import RetargetOptions, false_runs, retarget_wrist_trajectory
-from pose_core.retarget.embodiment import ROBOTS_DIR_ENV, Embodiment, load_embodiment
+from pose_core.retarget.embodiment import Embodiment
 from pose_core.retarget.ik import pose_errors
 from pose_core.retarget.placement import (
     base_from_tcp_targets,
@@ -19,6 +19,7 @@ from pose_core.retarget.placement import (
     world_from_wrist_for_targets,
 )
 from pose_core.synth.robot_hands import FPS, joint_trajectory, tcp_poses
+from udfs.robots import load_embodiment
 
 PROFILES = Path(__file__).resolve().parents[2] / "conf" / "embodiments"
 ARMS = ["so100", "so101", "panda", "xarm7"]
@@ -196,19 +197,3 @@ class TestExceptions:
             retarget_wrist_trajectory(panda, eye, np.zeros(3), np.zeros(3), RetargetOptions())
         with pytest.raises(EgolakeError, match="not an arm"):
             retarget_wrist_trajectory(allegro, eye, np.zeros(3), np.arange(3.0), RetargetOptions())
-
-    def test_profile_problems_are_listed(self, tmp_path: Path, shared_data: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
-        bad = tmp_path / "bad.yaml"
-        bad.write_text("name: x\nkind: arm\nurdf: a.urdf\nhome: [0]\nspeed: 3\ncontrol_fps: 29.97\n")
-        with pytest.raises(InputError) as err:
-            load_embodiment(bad, shared_data / "robots")
-        assert "unknown key 'speed'" in err.value.message and "missing key 'ee_link'" in err.value.message
-        assert "missing key 'acceleration'" in err.value.message
-        assert "control_fps must be a whole number of Hz >= 1, got 29.97" in err.value.message
-        monkeypatch.delenv(ROBOTS_DIR_ENV, raising=False)
-        with pytest.raises(InputError) as err:
-            load_embodiment(PROFILES / "panda.yaml")
-        assert err.value.reason_code == "robots_dir_unset"
-        monkeypatch.setenv(ROBOTS_DIR_ENV, str(shared_data / "robots"))
-        assert load_embodiment(PROFILES / "panda.yaml").model.num_joints == 7

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from pose_core.errors import ShapeError
-from pose_core.retarget.embodiment import Embodiment, load_embodiment
+from pose_core.retarget.embodiment import Embodiment
 from pose_core.retarget.hand import HandRetargetOptions, retarget_hand_keypoints
 from pose_core.retarget.wrist import grip_aperture_from_keypoints, wrist_from_keypoints
 from pose_core.synth.hands import HandOptions, make_hand_motion
 from pose_core.synth.scene import SceneOptions
 from pose_core.synth.trajectory import TrajectoryOptions, make_head_trajectory
+from udfs.robots import load_embodiment
 
 PROFILES = Path(__file__).resolve().parents[2] / "conf" / "embodiments"
 

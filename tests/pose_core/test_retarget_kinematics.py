@@ -10,7 +10,8 @@ import pytest
 from pose_core.errors import InputError, ShapeError
 from pose_core.retarget.ik import IKOptions, pose_errors, solve_pose_ik
 from pose_core.retarget.kinematics import KinematicModel
-from pose_core.retarget.urdf import matrix_from_xyz_rpy, parse_urdf, read_urdf, resolve_package_uri
+from pose_core.retarget.urdf import matrix_from_xyz_rpy, parse_urdf
+from udfs.robots import read_urdf
 
 PANDA = "example-robot-data/robots/panda_description/urdf/panda.urdf"
 XARM7 = "dex-urdf/arms/xarm7/xarm7.urdf"
@@ -37,17 +38,7 @@ class TestUrdf:
         rz = matrix_from_xyz_rpy((0, 0, 0), (0, 0, 1.1))
         np.testing.assert_allclose(m, rz @ ry @ rx, atol=1e-12)
 
-    def test_package_uri(self, tmp_path: Path) -> None:
-        got = resolve_package_uri("package://erd/robots/x.urdf", {"erd": tmp_path}, Path("/base"))
-        assert got == tmp_path / "robots" / "x.urdf"
-        assert resolve_package_uri("meshes/a.stl", {}, Path("/base")) == Path("/base/meshes/a.stl")
-        with pytest.raises(InputError) as err:
-            resolve_package_uri("package://nope/x", {}, Path("/base"))
-        assert err.value.reason_code == "package_unknown"
-
-    def test_exception(self, tmp_path: Path) -> None:
-        with pytest.raises(InputError, match="urdf_missing|not found"):
-            read_urdf(tmp_path / "missing.urdf")
+    def test_not_one_tree(self) -> None:
         with pytest.raises(InputError, match="one root"):
             parse_urdf('<robot name="r"><link name="a"/><link name="b"/></robot>')
 

@@ -9,13 +9,14 @@ import pytest
 
 from pose_core.geometry.rigid3 import so3_exp
 from pose_core.retarget.arm import RetargetOptions, orientation_task
-from pose_core.retarget.embodiment import Embodiment, load_embodiment
+from pose_core.retarget.embodiment import Embodiment
 from pose_core.retarget.ik import solve_pose_ik
 from pose_core.retarget.kinematics import KinematicModel
 from pose_core.retarget.orientation import OrientationSpec, axis_errors, kept_targets, task_weights
 from pose_core.retarget.placement import base_from_tcp_targets
 from pose_core.retarget.wrist import wrist_from_keypoints
 from pose_core.synth.robot_hands import joint_trajectory, keypoints_at_wrists, tcp_poses
+from udfs.robots import load_embodiment
 
 PROFILES = Path(__file__).resolve().parents[2] / "conf" / "embodiments"
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pose_core.retarget.arm import RetargetOptions, reached_from_home
-from pose_core.retarget.embodiment import Embodiment, load_embodiment
+from pose_core.retarget.embodiment import Embodiment
 from pose_core.retarget.placement import (
     PlacementOptions,
     base_from_tcp_targets,
@@ -25,6 +25,7 @@ from pose_core.retarget.quality import (
     retarget_figures,
 )
 from pose_core.synth.robot_hands import joint_trajectory, tcp_poses
+from udfs.robots import load_embodiment
 
 PROFILES = Path(__file__).resolve().parents[2] / "conf" / "embodiments"
 GRAVITY = np.array([0.1, 0.9, 0.4])  # a first camera tilted down: gravity along its y mostly
