@@ -38,6 +38,7 @@ from skimage import data
 
 from bench.report import provenance
 from pose_core.privacy.faces import FaceBlurOptions, FaceBlurrer
+from udfs.models import face_blurrer
 
 SIZE_WH = (1280, 720)
 FACE_SIZES_PX = (24, 32, 48, 64, 96, 128)
@@ -219,7 +220,7 @@ def main() -> int:
     all_scenes = scenes() + (hand_scenes(args.shared_data) if args.shared_data else [])
     results = {}
     for name, opts in CANDIDATES.items():
-        blurrer = FaceBlurrer(opts)
+        blurrer = face_blurrer(opts)
         t0 = time.perf_counter()
         dets = [blurrer.detect(s.image)[0] for s in all_scenes]
         seconds = time.perf_counter() - t0

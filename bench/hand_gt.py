@@ -26,8 +26,8 @@ import cv2
 import numpy as np
 
 from bench.report import SHARED_DATA
-from conf.models import model_path
 from pose_core.hands import FitOptions, HandObservation, MediaPipeHandEstimator, MediaPipeOptions, fit_hand
+from udfs.models import hand_model_paths
 
 __all__ = ["GT", "GroundTruth", "detect", "evaluate", "load_ground_truth"]
 
@@ -58,9 +58,7 @@ def load_ground_truth() -> GroundTruth:
 
 def detect(opts: MediaPipeOptions, count: int) -> list[HandObservation | None]:
     """The highest-scoring hand of each of the first `count` photos (None where none is found)."""
-    estimator = MediaPipeHandEstimator(
-        model_path("palm_detection_full.tflite"), model_path("hand_landmark_full.tflite"), opts
-    )
+    estimator = MediaPipeHandEstimator(*hand_model_paths(), opts)
     found: list[HandObservation | None] = []
     for i in range(count):
         image = np.ascontiguousarray(cv2.imread(str(GT / "images" / f"{i:05d}.jpg"))[:, :, ::-1])

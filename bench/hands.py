@@ -32,12 +32,12 @@ import numpy as np
 
 from bench import hand_clips, hand_gt
 from bench.report import NOTES_MARKER, SHARED_DATA, kept_notes, provenance
-from conf.models import model_path
 from pose_core.geometry.camera import Camera
 from pose_core.hands import FitOptions, MediaPipeHandEstimator, MediaPipeOptions
 from pose_core.hands.articulated import ArticulatedOptions
 from udfs.hands import EstimatorOptions, HandsOptions, hand_rows
 from udfs.media.decode import DecodeOptions, decode_frames
+from udfs.models import hand_model_paths
 
 VIDEO = SHARED_DATA / "hands_dexretargeting" / "human_hand_video.mp4"
 EGO = SHARED_DATA / "ego_clips" / "egoloc_desk_pour.mp4"
@@ -68,8 +68,7 @@ def speed(count: int) -> list[dict]:
         frames = _frames_640x480(path, count)
         for setting, (est_opts, fit_opts) in SETTINGS.items():
             estimator = MediaPipeHandEstimator(
-                model_path("palm_detection_full.tflite"), model_path("hand_landmark_full.tflite"),
-                replace(est_opts, mode="video", num_threads=1),
+                *hand_model_paths(), replace(est_opts, mode="video", num_threads=1),
             )  # fmt: skip
             estimator.estimate(frames[:2], camera.k_matrix)  # warm-up
             estimator.reset()

@@ -94,11 +94,10 @@ def load_estimator(opts: EstimatorOptions) -> HandEstimator:
     """
     if opts not in _ESTIMATORS:
         if opts.kind == "mediapipe":
-            from conf.models import model_path  # noqa: PLC0415 -- only the default estimator needs it
             from pose_core.hands import MediaPipeHandEstimator  # noqa: PLC0415
+            from udfs.models import hand_model_paths  # noqa: PLC0415 -- only the default estimator needs it
 
-            palm, landmark = model_path("palm_detection_full.tflite"), model_path("hand_landmark_full.tflite")
-            _ESTIMATORS[opts] = MediaPipeHandEstimator(palm, landmark, opts.mediapipe)
+            _ESTIMATORS[opts] = MediaPipeHandEstimator(*hand_model_paths(), opts.mediapipe)
         else:
             found = [ep for ep in entry_points(group=ESTIMATOR_ENTRY_POINTS) if ep.name == opts.kind]
             if not found:

@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 class DetectorSpec:
     """One MediaPipe face detector: its cached model file and its SSD anchor layout."""
 
-    model: str  # file name in the model cache (a key of conf.models.MODELS)
+    model: str  # the model file's name (set-up caches it under this name)
     input_size: int  # side of the square input, pixels
     layers: tuple[tuple[int, int], ...]  # (stride, anchors per cell) per feature map
 
@@ -165,12 +165,11 @@ class FaceBlurrer:
 
     Args:
         opts: blurring settings.
-        model_path: the detector's `.tflite` file; default: `opts.detector`'s file in the model
-            cache (`conf.models.model_path`, hash-checked; ``python -m conf.models`` puts it there).
-            Not loaded at all when `opts.enabled` is False.
+        model_path: the `.tflite` file of `opts.detector` (`DETECTORS[...].model`; the pipeline's is
+            `udfs.models.face_blurrer`). Needed only when `opts.enabled`.
 
     Raises:
-        FileNotFoundError: the model is not in the cache (the message gives the fix).
+        ValueError: blurring is enabled and no model file is given.
     """
 
     def __init__(self, opts: FaceBlurOptions | None = None, model_path: Path | None = None) -> None:
@@ -189,9 +188,7 @@ class FaceBlurrer:
             from ai_edge_litert.interpreter import Interpreter  # noqa: PLC0415 -- heavy; only when enabled
 
             if model_path is None:
-                from conf.models import model_path as cached  # noqa: PLC0415 -- the cache, not a download
-
-                model_path = cached(self._spec.model)
+                raise ValueError(f"face blurring is enabled: pass the {self._spec.model} model file")
             self._interp = Interpreter(model_path=str(model_path), num_threads=self.opts.num_threads)
             self._interp.allocate_tensors()
 

@@ -13,6 +13,7 @@ from conf.models import model_path
 from pose_core.errors import ShapeError
 from pose_core.hands import HandEstimator, MediaPipeHandEstimator, MediaPipeOptions, hand_box, hand_mask
 from pose_core.hands.rois import palm_anchors
+from udfs.models import hand_model_paths
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 VIDEO = DATA / "hands_dexretargeting" / "human_hand_video.mp4"
@@ -22,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 def _models():
     try:
-        return model_path("palm_detection_full.tflite"), model_path("hand_landmark_full.tflite")
+        return hand_model_paths()
     except FileNotFoundError as err:
         pytest.skip(str(err))
 

@@ -23,11 +23,11 @@ FRAMES = 30
 def detections():
     """Ground truth of a 30-frame clip (seed 0) and the estimator's hands per frame."""
     pytest.importorskip("ai_edge_litert")
-    from conf.models import model_path  # noqa: PLC0415 -- only when the runtime is installed
     from pose_core.hands import MediaPipeHandEstimator, MediaPipeOptions  # noqa: PLC0415
+    from udfs.models import hand_model_paths  # noqa: PLC0415 -- only when the runtime is installed
 
     try:
-        palm, landmark = model_path("palm_detection_full.tflite"), model_path("hand_landmark_full.tflite")
+        palm, landmark = hand_model_paths()
     except FileNotFoundError as err:
         pytest.skip(str(err))
     episode = generate_episode(SynthOptions(num_frames=FRAMES, seed=0))

@@ -344,14 +344,15 @@ def _face_photos_video(path: str) -> int:
 
 def test_faces_in_real_photos_are_blurred_in_the_exported_video(tmp_path):
     """The exported video run through the face detector again: no face where the unblurred export had one."""
-    from pose_core.privacy.faces import FaceBlurOptions, FaceBlurrer
+    from pose_core.privacy.faces import FaceBlurOptions
     from pose_core.training import TensorOptions
     from udfs.lerobot import ExportOptions, export_episode
     from udfs.lerobot.writer import video_path
     from udfs.media.decode import decode_frames
+    from udfs.models import face_blurrer
 
     try:
-        detector = FaceBlurrer(FaceBlurOptions())
+        detector = face_blurrer(FaceBlurOptions())
     except FileNotFoundError as err:
         pytest.skip(str(err))
     video = str(tmp_path / "faces.mp4")

@@ -45,6 +45,7 @@ from udfs.lerobot.writer import video_path, write_episode_data
 from udfs.media.decode import DecodeOptions, iter_frames
 from udfs.media.encode import EncodeOptions, VideoWriter
 from udfs.media.overlay import draw_hands, project_world_points
+from udfs.models import face_blurrer
 
 __all__ = [
     "EGO_OVERLAY_KEY",
@@ -342,7 +343,7 @@ class _ExportedHands:
 def _blurrer(opts: FaceBlurOptions) -> FaceBlurrer:
     """One face blurrer per options value in this worker, built on first use."""
     if opts not in _BLURRERS:
-        _BLURRERS[opts] = FaceBlurrer(opts)
+        _BLURRERS[opts] = face_blurrer(opts)
     return _BLURRERS[opts]
 
 

@@ -6,8 +6,6 @@ and the shared real hand video (no face in it: every detection there is a hand).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import cv2
 import numpy as np
 import pytest
@@ -15,6 +13,7 @@ import pytest
 from pose_core.errors import ShapeError
 from pose_core.privacy.faces import FaceBlurOptions, FaceBlurrer, keypoint_boxes, tile_boxes
 from tests.data_paths import SHARED_DATA
+from udfs.models import face_blurrer
 
 pytest.importorskip("ai_edge_litert")
 skimage_data = pytest.importorskip("skimage.data")
@@ -39,7 +38,7 @@ def _photos() -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def blurrer() -> FaceBlurrer:
     try:
-        return FaceBlurrer(FaceBlurOptions())
+        return face_blurrer(FaceBlurOptions())
     except FileNotFoundError as err:
         pytest.skip(str(err))
 
@@ -88,11 +87,11 @@ def test_blur_changes_only_the_grown_face_boxes(blurrer, photos):
 
 def _hand_boxes(images: list[np.ndarray]) -> list[np.ndarray]:
     """Per image `(h, 4)` boxes of the hands MediaPipe's hand model finds (what the export gets)."""
-    from conf.models import model_path
     from pose_core.hands.mediapipe_estimator import MediaPipeHandEstimator, MediaPipeOptions
+    from udfs.models import hand_model_paths
 
     try:
-        models = model_path("palm_detection_full.tflite"), model_path("hand_landmark_full.tflite")
+        models = hand_model_paths()
     except FileNotFoundError as err:
         pytest.skip(str(err))
     estimator = MediaPipeHandEstimator(*models, MediaPipeOptions(mode="image"))
@@ -150,10 +149,12 @@ def test_a_batch_counts_faces_per_frame(blurrer, photos):
 
 
 def test_disabled_is_identity_and_loads_no_model(photos):
-    off = FaceBlurrer(FaceBlurOptions(enabled=False), model_path=Path("/nonexistent.tflite"))
+    off = FaceBlurrer(FaceBlurOptions(enabled=False))
     frames = np.stack([photos["astronaut"], photos["camera"]])
     out, counts = off.blur(frames)
     assert out is frames and counts.tolist() == [0, 0]
+    with pytest.raises(ValueError, match=r"face_detection_\w+\.tflite"):
+        FaceBlurrer(FaceBlurOptions())
 
 
 def test_empty_and_malformed_input(blurrer):
