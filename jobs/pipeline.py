@@ -1,15 +1,12 @@
-"""The whole pipeline: stages in order, resume and --from-stage, one entry point for spark-submit.
+"""The whole pipeline: stages in order, resume and --from-stage (`run_pipeline`).
 
-    spark-submit jobs/pipeline.py INPUT OUTPUT [--conf FILE] [--set k=v ...] [--resume] ...
-
-takes the same arguments as `egolake run` (see `jobs.cli`).
+Callers: `egolake run` (`jobs.cli`), spark-submit (`jobs/submit.py`), notebooks and tests.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,7 +22,6 @@ __all__ = [
     "EPISODE_STAGES",
     "STAGE_NAMES",
     "RunSummary",
-    "main",
     "new_run_id",
     "run_pipeline",
     "stage_hashes",
@@ -148,13 +144,3 @@ def run_pipeline(  # noqa: PLR0913 - mirrors the CLI's options one to one
     )
     return summary
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """spark-submit entry point: `spark-submit jobs/pipeline.py INPUT OUTPUT [options]`."""
-    from jobs.cli import main as cli_main
-
-    return cli_main(["run", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

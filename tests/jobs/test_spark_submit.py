@@ -1,4 +1,4 @@
-"""`spark-submit jobs/pipeline.py` on a real multi-process Spark (local-cluster: a master, two
+"""`spark-submit jobs/submit.py` on a real multi-process Spark (local-cluster: a master, two
 workers, executors in their own JVMs) runs ingest over the corpus with the same outcome."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def test_ingest_via_spark_submit_on_local_cluster(spark, corpus, tmp_path):
         "--master", "local-cluster[2,1,1024]",  # 2 workers x 1 core x 1 GiB, separate executor JVMs
         "--jars", ",".join(delta_jars()),
         "--driver-java-options", f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
-        str(REPO / "jobs" / "pipeline.py"), "-v", str(root), str(out), "--stages", "ingest",
+        str(REPO / "jobs" / "submit.py"), "-v", str(root), str(out), "--stages", "ingest",
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
