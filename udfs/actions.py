@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from pose_core.identities import WEARER_HANDS
 from pose_core.training.timeline import TimelineOptions, segment_hand
 from schemas.tables import ACTIONS
 from udfs.guard import run_unit
@@ -38,7 +39,7 @@ class ActionsOptions:
     # Task text of episodes whose input has no task sidecar (`task_source` = conf).
     default_task_text: str = "manipulate objects with the hands"
     # Hand identities (of `hands_world`) that get a timeline; one timeline each, missing where absent.
-    identities: tuple[str, ...] = ("wearer_left", "wearer_right")
+    identities: tuple[str, ...] = WEARER_HANDS
 
 
 def _mean(values: np.ndarray) -> float:

@@ -1,11 +1,13 @@
-"""Camera-pose values <-> table rows: poses as q_wxyz + t columns, cameras, keyframes, map points.
+"""Camera values <-> table rows: poses, cameras, keyframes, map points; the camera of decoded frames.
 
-Every conversion here is exact and inverse to its partner, so a stage that reads what another
-wrote gets the arrays that stage had (poses to float64 precision).
+Poses are q_wxyz + t columns; the camera of decoded frames comes from the `videos` row (sidecar
+intrinsics or the prior). Every conversion here is exact and inverse to its partner, so a stage that
+reads what another wrote gets the arrays that stage had (poses to float64 precision).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -13,11 +15,12 @@ import pandas as pd
 
 from pose_core.camera_poses.keyframe_map import Keyframe
 from pose_core.camera_poses.tracking import TrackingResult, TrackingState
-from pose_core.errors import EgolakeError
+from pose_core.errors import EgolakeError, InputError
 from pose_core.geometry.camera import Camera
 from pose_core.geometry.rigid3 import invert_rigid_matrices, matrix_from_quat_wxyz, quat_wxyz_from_matrix
 
 __all__ = [
+    "camera_for_frames",
     "camera_from_row",
     "camera_row",
     "keyframe_rows",
@@ -31,6 +34,32 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+def camera_for_frames(calibration_json: str | None, width: int, height: int) -> Camera:
+    """The camera of frames decoded at `width x height`.
+
+    From the `videos.calibration_json` sidecar (intrinsics of the stored frames) scaled to the decoded
+    size, or, without one, the prior of `Camera.from_prior`: principal point at the centre and a
+    70 degree horizontal field of view (depth then scales with the true focal length / the prior's).
+
+    Raises:
+        InputError: `bad_intrinsics` for a radtan model with a non-zero k3 (not modelled).
+    """
+    if calibration_json is None or (isinstance(calibration_json, float) and np.isnan(calibration_json)):
+        return Camera.from_prior(width, height)
+    calib = json.loads(calibration_json)
+    coeffs = tuple(float(c) for c in calib["distortion"])
+    model = {"none": "pinhole", "radtan": "radtan", "equidistant": "fisheye"}[calib["distortion_model"]]
+    if model == "radtan" and len(coeffs) == 5:
+        if coeffs[4] != 0.0:
+            raise InputError("bad_intrinsics", f"radtan k3={coeffs[4]} is not supported by the camera model")
+        coeffs = coeffs[:4]
+    camera = Camera(
+        int(calib["width"]), int(calib["height"]), float(calib["fx"]), float(calib["fy"]),
+        float(calib["cx"]), float(calib["cy"]), model, coeffs, "sidecar",
+    )  # fmt: skip
+    return camera.scaled(width, height)
 
 
 def pose_columns(world_from_cam: np.ndarray) -> tuple[list[list[float] | None], list[list[float] | None]]:

@@ -37,9 +37,8 @@ from pose_core.hands import EpisodeFrames, EpisodeObservations, FusedHands, Fusi
 from pose_core.hands.contact_scale import HandScale
 from pose_core.hands.fusion import SCALE_SOURCES, ScaleCandidate, ScaleSource
 from schemas.tables import BA_POINTS, HANDS_WORLD, KEYFRAME_POSES
-from udfs.camera_tables import world_from_cam_from_columns
+from udfs.camera_tables import camera_for_frames, world_from_cam_from_columns
 from udfs.guard import run_unit
-from udfs.hands import camera_for_frames
 from udfs.media.decode import DecodeOptions, iter_frames
 from udfs.media.imu import read_episode_imu
 from udfs.multi_output import TABLE_COLUMN

@@ -7,7 +7,6 @@ shard because a shard's first frame does not follow the previous shard's last.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from importlib.metadata import entry_points
 import numpy as np
 import pandas as pd
 
-from pose_core.errors import EgolakeError, InputError
+from pose_core.errors import EgolakeError
 from pose_core.geometry.camera import Camera
 from pose_core.hands import (
     FitOptions,
@@ -27,6 +26,7 @@ from pose_core.hands import (
     hand_box,
 )
 from schemas.tables import HANDS_CAM
+from udfs.camera_tables import camera_for_frames
 from udfs.media.decode import DecodeOptions, iter_frames
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
     "ESTIMATOR_ENTRY_POINTS",
     "EstimatorOptions",
     "HandsOptions",
-    "camera_for_frames",
     "hand_rows",
     "hands_for_shard",
     "load_estimator",
@@ -108,32 +107,6 @@ def load_estimator(opts: EstimatorOptions) -> HandEstimator:
             _ESTIMATORS[opts] = found[0].load()(opts)
         logger.info("hand estimator loaded kind=%s", opts.kind)
     return _ESTIMATORS[opts]
-
-
-def camera_for_frames(calibration_json: str | None, width: int, height: int) -> Camera:
-    """The camera of frames decoded at `width x height`.
-
-    From the `videos.calibration_json` sidecar (intrinsics of the stored frames) scaled to the decoded
-    size, or, without one, the prior of `Camera.from_prior`: principal point at the centre and a
-    70 degree horizontal field of view (depth then scales with the true focal length / the prior's).
-
-    Raises:
-        InputError: `bad_intrinsics` for a radtan model with a non-zero k3 (not modelled).
-    """
-    if calibration_json is None or (isinstance(calibration_json, float) and np.isnan(calibration_json)):
-        return Camera.from_prior(width, height)
-    calib = json.loads(calibration_json)
-    coeffs = tuple(float(c) for c in calib["distortion"])
-    model = {"none": "pinhole", "radtan": "radtan", "equidistant": "fisheye"}[calib["distortion_model"]]
-    if model == "radtan" and len(coeffs) == 5:
-        if coeffs[4] != 0.0:
-            raise InputError("bad_intrinsics", f"radtan k3={coeffs[4]} is not supported by the camera model")
-        coeffs = coeffs[:4]
-    camera = Camera(
-        int(calib["width"]), int(calib["height"]), float(calib["fx"]), float(calib["fy"]),
-        float(calib["cx"]), float(calib["cy"]), model, coeffs, "sidecar",
-    )  # fmt: skip
-    return camera.scaled(width, height)
 
 
 def _floats(values: np.ndarray) -> list[float]:

@@ -44,6 +44,7 @@ import pandas as pd
 
 from pose_core.errors import EgolakeError
 from pose_core.hands.fusion import SCALE_SOURCES
+from pose_core.identities import WEARER_HANDS, is_right_hand
 from pose_core.retarget import (
     Embodiment,
     HandRetargetOptions,
@@ -134,7 +135,7 @@ class RetargetStageOptions:
     # (an adult's arm reaches ~0.75 m from the eyes): its steps are invalid (`beyond_reach`), metres.
     max_hand_distance_m: float = 0.9
     # hands_world identities retargeted, each to its own copy of every embodiment.
-    identities: tuple[str, ...] = ("wearer_left", "wearer_right")
+    identities: tuple[str, ...] = WEARER_HANDS
     # Arm solver: smoothed targets, base search, chunked DLS IK, the trajectory fit within the limits.
     arm: RetargetOptions = field(default_factory=RetargetOptions)
     # Dexterous-hand solver: keypoint-vector retargeting.
@@ -286,7 +287,7 @@ def _arm(
     emb: Embodiment, track: _Track, opts: RetargetStageOptions, gravity: np.ndarray
 ) -> tuple[dict[str, object], RetargetFigures, dict[str, object]]:
     """Columns, figures and the per-hand record (base pose, search score) of one arm following one hand."""
-    is_right = track.identity == "wearer_right"
+    is_right = is_right_hand(track.identity)
     world_from_wrist = wrist_from_keypoints(track.keypoints, is_right)
     score = None
     if opts.base_placement == "profile":
@@ -340,7 +341,7 @@ def _hand(
     emb: Embodiment, track: _Track, opts: RetargetStageOptions
 ) -> tuple[dict[str, object], RetargetFigures]:
     """Columns and figures of one dexterous hand following one human hand."""
-    is_right = track.identity == "wearer_right"
+    is_right = is_right_hand(track.identity)
     wrist = wrist_from_keypoints(track.keypoints, is_right)
     in_wrist = as_right_hand(keypoints_in_wrist(track.keypoints, wrist), is_right)
     res = retarget_hand_keypoints(emb, in_wrist, track.ts, opts.hand)

@@ -36,6 +36,7 @@ from schemas.tables import (
     TRACKS,
 )
 from udfs.camera_tables import (
+    camera_for_frames,
     camera_from_row,
     camera_row,
     keyframe_rows,
@@ -46,7 +47,6 @@ from udfs.camera_tables import (
     tracking_result_from_rows,
 )
 from udfs.feature_links import link_shards
-from udfs.hands import camera_for_frames
 from udfs.multi_output import split_tables, stack_tables
 
 __all__ = [

@@ -36,6 +36,7 @@ from pose_core.hands.fusion import (
 )
 from pose_core.hands.gaps import Gap, GapOptions, fill_gaps
 from pose_core.hands.wearer import WearerAssignment, WearerOptions, assign_identities
+from pose_core.identities import is_wearer
 
 __all__ = ["EpisodeFrames", "EpisodeObservations", "FusedHands", "FusionOptions", "fuse_episode"]
 
@@ -301,7 +302,7 @@ def _hand_scale(  # noqa: PLR0913, PLR0917 - private step of fuse_episode
     keypoints_cam: np.ndarray, keypoints_px: np.ndarray, opts: FusionOptions,
 ) -> HandScale:  # fmt: skip
     """The wearer's hands' scale estimate (other people's hands are left out)."""
-    wearer = np.array([str(i).startswith("wearer_") for i in identity], bool)
+    wearer = np.array([is_wearer(str(i)) for i in identity], bool)
     measured = np.ones(len(frames.frame_idx), bool) if frames.measured is None else frames.measured
     inputs = HandScaleInputs(
         ts_s=frames.ts_s, world_from_cam=frames.world_from_cam, measured=measured, camera_k=frames.camera_k,

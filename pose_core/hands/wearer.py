@@ -32,6 +32,7 @@ from scipy.optimize import linear_sum_assignment
 
 from pose_core.errors import ShapeError
 from pose_core.hands.estimator import FINGER_BASES, RIGID_PALM
+from pose_core.identities import bystander_hand, wearer_hand
 
 __all__ = ["WearerAssignment", "WearerOptions", "assign_identities", "bystander_evidence", "side_evidence"]
 
@@ -285,13 +286,13 @@ def _label_tracks(
         preferred = "right" if vote[t] >= 0 else "left"
         for side in (preferred, "left" if preferred == "right" else "right"):
             if not any(
-                labels[o] == f"wearer_{side}" and len(span[o] & span[t]) >= opts.min_conflict_frames
+                labels[o] == wearer_hand(side) and len(span[o] & span[t]) >= opts.min_conflict_frames
                 for o in labels
             ):
-                labels[t] = f"wearer_{side}"
+                labels[t] = wearer_hand(side)
                 break
         else:
             other[t] = True  # a third hand alongside both of the wearer's
     for n, t in enumerate(sorted((t for t in ids if other[t]), key=lambda t: min(span[t]))):
-        labels[t] = f"other_{n}"
+        labels[t] = bystander_hand(n)
     return labels

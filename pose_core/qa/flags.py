@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 from scipy.optimize import linear_sum_assignment
 
 from pose_core.errors import ShapeError
+from pose_core.identities import WEARER_HANDS
 
 __all__ = ["FLAG_CODES", "EpisodeSignals", "QAResult", "QAThresholds", "evaluate_episode"]
 
@@ -126,7 +127,7 @@ class EpisodeSignals:
     tracked: BoolArray
     segment_id: NDArray[np.int64]
     wrists_cam_m: dict[str, FloatArray] = field(default_factory=dict)
-    wearer: tuple[str, ...] = ("wearer_left", "wearer_right")
+    wearer: tuple[str, ...] = WEARER_HANDS
     scale_rel_std: float = float("nan")
 
     def __post_init__(self) -> None:

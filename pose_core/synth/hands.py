@@ -21,13 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from pose_core.hands.skeleton import BONES as FINGER_BONES
 from pose_core.hands.skeleton import FINGER_LENGTHS_M, FINGER_MCP_M, THUMB_CMC_M, THUMB_LENGTHS_M
 from pose_core.synth.scene import SceneOptions
 from pose_core.synth.smooth import SmoothSignal
 from pose_core.synth.trajectory import HeadTrajectory, after_windows
 
-__all__ = ["FINGER_BONES", "HandMotion", "HandOptions", "make_hand_motion"]
+__all__ = ["HandMotion", "HandOptions", "make_hand_motion"]
 
 logger = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pose_core.errors import ShapeError
+from pose_core.identities import WEARER_HANDS, is_right_hand
 from pose_core.retarget.wrist import grip_aperture_from_keypoints, wrist_from_keypoints
 
 __all__ = [
@@ -39,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 FloatArray = NDArray[np.float64]
 #: The hands a dataset's state holds, in order.
-HAND_IDENTITIES: tuple[str, ...] = ("wearer_left", "wearer_right")
+HAND_IDENTITIES: tuple[str, ...] = WEARER_HANDS
 _TIME_EPS_S = 1e-6  # slack so a last frame at exactly (T-1)/fps is kept despite float rounding
 
 
@@ -191,7 +192,7 @@ def episode_tensors(  # noqa: PLR0913 - the episode's arrays, each documented
     src = nearest_source(ts_s, times)
     kp = kp[src]
     n_hands = kp.shape[1]
-    hands = [_hand_state(kp[:, i], "right" in HAND_IDENTITIES[i]) for i in range(n_hands)]
+    hands = [_hand_state(kp[:, i], is_right_hand(HAND_IDENTITIES[i])) for i in range(n_hands)]
     hand_ok = np.stack([np.isfinite(h).all(axis=1) for h in hands], axis=1)  # (T, I)
     cam = np.asarray(world_from_cam, np.float64)[src]
     cam_vec = np.concatenate([cam[:, :3, 3] * metres_per_unit, rot6d_from_matrix(cam[:, :3, :3])], axis=1)

@@ -12,7 +12,6 @@ from pose_core.hands.articulated import ArticulatedOptions, refine_articulated
 from pose_core.hands.metric_fit import fit_keypoints
 from pose_core.hands.rois import detection_windows, square_crop
 from pose_core.hands.skeleton import BONES, bone_lengths, canonical_palm_size, retarget
-from pose_core.synth.hands import FINGER_BONES
 
 K = np.array([[500.0, 0.0, 320.0], [0.0, 500.0, 240.0], [0.0, 0.0, 1.0]])
 
@@ -65,8 +64,8 @@ class TestSquareCrop:
 
 
 class TestSkeleton:
-    def test_bone_lengths_match_the_synthetic_hands(self):
-        assert [tuple(b) for b in BONES] == list(FINGER_BONES)
+    def test_bone_lengths(self):
+        assert len(BONES) == 20 and all(parent < child for parent, child in BONES)
         lengths = bone_lengths()
         assert lengths.shape == (20,) and (lengths > 0.015).all()
         # Wrist to the middle fingertip: 0.19 m; mean wrist -> finger base: the fit's prior.

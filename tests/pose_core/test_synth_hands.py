@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pose_core.synth.hands import FINGER_BONES, HandOptions, make_hand_motion
+from pose_core.hands.skeleton import BONES
+from pose_core.synth.hands import HandOptions, make_hand_motion
 from pose_core.synth.presets import SYNTH_PRESETS
 from pose_core.synth.scene import SceneOptions
 from pose_core.synth.trajectory import TrajectoryOptions, make_head_trajectory
@@ -29,7 +30,7 @@ def sampled(motion):
 
 def _bone_lengths(kp):
     return np.stack(
-        [np.linalg.norm(kp[..., c, :] - kp[..., p, :], axis=-1) for p, c in FINGER_BONES], axis=-1
+        [np.linalg.norm(kp[..., c, :] - kp[..., p, :], axis=-1) for p, c in BONES], axis=-1
     )
 
 

@@ -20,17 +20,18 @@ from numpy.typing import NDArray
 
 from pose_core.errors import ShapeError
 from pose_core.geometry.camera import Camera
-from pose_core.synth.hands import FINGER_BONES
+from pose_core.hands.skeleton import BONES
+from pose_core.identities import WEARER_LEFT, WEARER_RIGHT
 
 __all__ = ["HAND_BONES", "draw_hands", "draw_status", "identity_colour", "project_world_points"]
 
 logger = logging.getLogger(__name__)
 
 #: Bones of the 21-keypoint hand, (parent, child): the fingers and the palm's outline.
-HAND_BONES: tuple[tuple[int, int], ...] = (*FINGER_BONES, (5, 9), (9, 13), (13, 17), (0, 17))
+HAND_BONES: tuple[tuple[int, int], ...] = (*BONES, (5, 9), (9, 13), (13, 17), (0, 17))
 
 #: Fixed colours (RGB) of the wearer's hands; other identities get a colour from their name.
-_WEARER_COLOURS = {"wearer_left": (0, 170, 255), "wearer_right": (255, 80, 40)}
+_WEARER_COLOURS = {WEARER_LEFT: (0, 170, 255), WEARER_RIGHT: (255, 80, 40)}
 
 
 def identity_colour(identity: str) -> tuple[int, int, int]:

@@ -14,6 +14,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from pose_core.errors import EgolakeError
+from pose_core.identities import WEARER_HANDS
 from pose_core.qa import EpisodeSignals
 from pose_core.training.tensors import nearest_source
 from udfs.camera_tables import world_from_cam_from_columns
@@ -23,7 +24,7 @@ __all__ = ["WEARER", "EpisodeView", "HandTrack", "arm_sticks", "episode_signals"
 logger = logging.getLogger(__name__)
 
 #: The identities whose hands are the training data.
-WEARER: tuple[str, ...] = ("wearer_left", "wearer_right")
+WEARER: tuple[str, ...] = WEARER_HANDS
 
 _FRAME_COLUMNS = (
     "tracking_state",
