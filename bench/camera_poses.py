@@ -65,7 +65,8 @@ from pose_core.camera_poses.tracking import TrackingOptions, TrackingResult, Tra
 from pose_core.geometry.camera import Camera
 from pose_core.geometry.interop import world_from_cam_from_colmap_params, world_from_cam_from_kitti_rows
 from pose_core.geometry.rigid3 import nearest_rotation
-from udfs.media.decode import DecodeOptions, decode_frames
+from udfs.media.decode import decode_frames
+from udfs.options import DecodeOptions
 
 __all__ = ["main"]
 

@@ -25,7 +25,8 @@ import numpy as np
 
 from bench.report import SHARED_DATA, provenance
 from jobs.sample import SampleOptions, write_sample
-from udfs.media.decode import DecodeOptions, decode_frames
+from udfs.media.decode import decode_frames
+from udfs.options import DecodeOptions
 
 HAND_VIDEO = SHARED_DATA / "hands_dexretargeting" / "human_hand_video.mp4"
 

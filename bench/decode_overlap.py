@@ -20,7 +20,7 @@ import pandas as pd
 from bench.report import provenance, write_key_values
 from jobs.sample import SampleOptions, write_sample
 from pose_core.camera_poses.features import FeatureOptions
-from udfs.media.decode import DecodeOptions
+from udfs.options import DecodeOptions
 from udfs.priors import shard_outputs
 
 

@@ -260,12 +260,13 @@ def _at_scale(rows: dict[str, dict]) -> dict[str, dict]:
 def _decode_encode_floor(dataset: str, work: str) -> dict:
     """Decode + encode alone, in this process, for the exported episodes: the work both paths share.
 
-    Same source frames, decoder settings (`ExportOptions.decode`) and encoder settings as the export;
+    Same source frames, decoder settings (`source_decode_options`) and encoder settings as the export;
     no tensors, files, statistics or Spark.
     """
-    from udfs.lerobot import ExportOptions
+    from udfs.lerobot.episode import encode_options, source_decode_options
     from udfs.media.decode import iter_frames
     from udfs.media.encode import VideoWriter
+    from udfs.options import ExportOptions
 
     manifest = json.loads(Path(dataset, "manifest.json").read_text(encoding="utf-8"))
     opts = ExportOptions(crf=30, gop_size=2, encoder_threads=1)
@@ -273,8 +274,9 @@ def _decode_encode_floor(dataset: str, work: str) -> dict:
     t0, c0 = time.perf_counter(), _tree_cpu_s(os.getpid())
     frames = 0
     for episode in manifest["episodes"]:
-        with VideoWriter(path, manifest["fps"], opts.encode) as writer:
-            for chunk in iter_frames(episode["source_path"], 0, episode["length"], opts.decode):
+        with VideoWriter(path, manifest["fps"], encode_options(opts)) as writer:
+            decode = source_decode_options(opts)
+            for chunk in iter_frames(episode["source_path"], 0, episode["length"], decode):
                 for frame in chunk.frames:
                     writer.write(frame)
                     frames += 1
@@ -282,7 +284,7 @@ def _decode_encode_floor(dataset: str, work: str) -> dict:
 
 
 def _lerobot(dataset: str, work: str, mode: str) -> dict:
-    from udfs.lerobot import ExportOptions
+    from udfs.options import ExportOptions
 
     python = os.environ.get("EGOLAKE_LEROBOT_PYTHON", str(REPO / ".venv-lerobot" / "bin" / "python"))
     info = json.loads(Path(dataset, "meta", "info.json").read_text(encoding="utf-8"))

@@ -30,8 +30,8 @@ from bench.report import SHARED_DATA
 from pose_core.hands import FusionOptions
 from pose_core.qa.flags import QAThresholds, evaluate_episode
 from udfs.fusion import fuse_hands
-from udfs.hands import HandsOptions, hands_for_shard
-from udfs.media.decode import DecodeOptions
+from udfs.hands import hands_for_shard
+from udfs.options import DecodeOptions, HandsOptions
 from udfs.qa_report.episode import episode_signals, episode_view
 
 __all__ = [

@@ -54,10 +54,11 @@ from schemas.tables import BA_POINTS, KEYFRAME_POSES
 from udfs.camera_tables import world_from_cam_from_columns
 from udfs.episode_units import episode_tables
 from udfs.fusion import fuse_hands_detailed
-from udfs.hands import HandsOptions, hand_rows
+from udfs.hands import hand_rows
 from udfs.ingest import calibration_to_json
 from udfs.media.sidecars import read_calibration
 from udfs.multi_output import TABLE_COLUMN
+from udfs.options import HandsOptions
 
 logger = logging.getLogger(__name__)
 

@@ -35,9 +35,10 @@ from bench.report import NOTES_MARKER, SHARED_DATA, kept_notes, provenance
 from pose_core.geometry.camera import Camera
 from pose_core.hands import FitOptions, MediaPipeHandEstimator, MediaPipeOptions
 from pose_core.hands.articulated import ArticulatedOptions
-from udfs.hands import EstimatorOptions, HandsOptions, hand_rows
-from udfs.media.decode import DecodeOptions, decode_frames
+from udfs.hands import hand_rows
+from udfs.media.decode import decode_frames
 from udfs.models import hand_model_paths
+from udfs.options import DecodeOptions, EstimatorOptions, HandsOptions
 
 VIDEO = SHARED_DATA / "hands_dexretargeting" / "human_hand_video.mp4"
 EGO = SHARED_DATA / "ego_clips" / "egoloc_desk_pour.mp4"

@@ -21,7 +21,8 @@ import numpy as np
 import pyarrow.parquet as pq
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-from udfs.media.decode import DecodeOptions, iter_frames
+from udfs.media.decode import iter_frames
+from udfs.options import DecodeOptions
 
 
 def _cpu_s() -> float:

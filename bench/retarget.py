@@ -36,7 +36,8 @@ from pose_core.synth.scene import SceneOptions
 from pose_core.synth.trajectory import TrajectoryOptions, make_head_trajectory
 from schemas.tables import ROBOT_ACTIONS
 from udfs.multi_output import split_tables
-from udfs.retarget import RetargetStageOptions, load_embodiments, retarget_episode
+from udfs.options import RetargetStageOptions
+from udfs.retarget import load_embodiments, retarget_episode
 
 ARMS = ("so100", "so101", "panda", "xarm7")
 IDENTITIES = ("wearer_left", "wearer_right")

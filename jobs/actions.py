@@ -12,12 +12,10 @@ from functools import partial
 
 from pyspark.sql import functions as F
 
-from jobs.stage import EpisodeOutcome, Stage, StageContext, write_guarded
+from jobs.stage import EpisodeOutcome, Stage, StageContext, cogroup_per_episode, write_guarded
 from jobs.tables import Lineage, read
-from schemas.base import spark_schema
 from schemas.tables import ACTIONS, FRAMES, HANDS_WORLD, VIDEOS
-from udfs.actions import FRAME_COLUMNS, HAND_COLUMNS, guarded_episode_actions
-from udfs.guard import guarded_schema
+from udfs.actions import FRAME_COLUMNS, HAND_COLUMNS, episode_actions
 
 __all__ = ["STAGE", "process"]
 
@@ -31,12 +29,7 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
     frames = read(ctx.spark, ctx.layout, FRAMES).where(in_scope).select("episode_id", "frame_idx", "ts_s")
     frames = frames.join(tasks, "episode_id", "left").select(*FRAME_COLUMNS)
     hands = read(ctx.spark, ctx.layout, HANDS_WORLD).where(in_scope).select(*HAND_COLUMNS)
-    fn = partial(guarded_episode_actions, opts=ctx.cfg.actions)
-    result = (
-        frames.groupBy("episode_id")
-        .cogroup(hands.groupBy("episode_id"))
-        .applyInPandas(fn, spark_schema(guarded_schema(ACTIONS.arrow)))
-    )
+    result = cogroup_per_episode(frames, hands, partial(episode_actions, opts=ctx.cfg.actions), ACTIONS.arrow)
     return write_guarded(ctx, lineage, episodes, result, ACTIONS)
 
 

@@ -22,14 +22,16 @@ from jobs.spark import SparkOptions
 from pose_core.camera_poses.completion import CompletionOptions
 from pose_core.camera_poses.features import FeatureOptions
 from pose_core.hands import FusionOptions
-from udfs.actions import ActionsOptions
-from udfs.hands import HandsOptions
-from udfs.lerobot import ExportOptions
-from udfs.media.decode import DecodeOptions
-from udfs.media.probe import ProbeOptions
-from udfs.qa_report import QAOptions
-from udfs.retarget import RetargetStageOptions
-from udfs.tracking import CameraTrackingOptions
+from udfs.options import (
+    ActionsOptions,
+    CameraTrackingOptions,
+    DecodeOptions,
+    ExportOptions,
+    HandsOptions,
+    ProbeOptions,
+    QAOptions,
+    RetargetStageOptions,
+)
 
 __all__ = [
     "IngestOptions",

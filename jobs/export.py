@@ -42,10 +42,9 @@ from pyspark.sql import functions as F
 from jobs import datasets
 from jobs.config import encode
 from jobs.robot_export import retarget_report, robot_targets
-from jobs.stage import EpisodeOutcome, StageContext, latest_runs, now
+from jobs.stage import EpisodeOutcome, StageContext, cogroup_per_episode, latest_runs, now
 from jobs.tables import Lineage, exists, read
 from pose_core.training import HAND_IDENTITIES
-from schemas.base import spark_schema
 from schemas.tables import (
     CAMERA_POSES,
     CAMERAS,
@@ -56,10 +55,11 @@ from schemas.tables import (
     ROBOT_QUALITY,
     VIDEOS,
 )
-from udfs.guard import ERROR_KIND, guarded_schema
-from udfs.lerobot import ExportOptions, dataset_spec
+from udfs.guard import ERROR_KIND
+from udfs.lerobot import dataset_spec
 from udfs.lerobot.dataset import finish_dataset, plan_episodes, write_card
-from udfs.lerobot.episode import EPISODE_META, PLAN_COLUMNS, RobotLayout, guarded_export_episode, robot_spec
+from udfs.lerobot.episode import EPISODE_META, PLAN_COLUMNS, RobotLayout, export_episode, robot_spec
+from udfs.options import ExportOptions
 
 __all__ = ["STAGE_NAME", "STAGE_VERSION", "UPSTREAM", "ExportResult", "run"]
 
@@ -262,17 +262,11 @@ def _write_files(
         ctx.spark.createDataFrame(plan[["episode_id", "_slot"]])
     )  # not `planned`: no self-join
     rows = _source_rows(ctx, scope, opts, robot).join(slot_of, "episode_id")
-    unit = partial(guarded_export_episode, opts=opts, robot=robot)
     # `_slot`: one integer per episode, chosen so that hash partitioning puts episode k in partition
     # k mod n. Grouped by `_slot` the cogroup needs no further shuffle, so adaptive execution cannot merge
     # the tasks, and no two episodes share a task by a hash collision while cores are idle.
-    result = (
-        posed.repartition(n_tasks, "_slot")
-        .groupBy("_slot")
-        .cogroup(rows.repartition(n_tasks, "_slot").groupBy("_slot"))
-        .applyInPandas(unit, spark_schema(guarded_schema(EPISODE_META)))
-        .toPandas()
-    )
+    unit = partial(export_episode, opts=opts, robot=robot)
+    result = cogroup_per_episode(posed, rows, unit, EPISODE_META, key="_slot", partitions=n_tasks).toPandas()
     failed = result[result["_row_kind"] == ERROR_KIND]
     return result[result["_row_kind"] != ERROR_KIND], dict(
         zip(failed["episode_id"], failed["_error"], strict=True)

@@ -20,12 +20,10 @@ from functools import partial
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.stage import EpisodeOutcome, Stage, StageContext, now, write_guarded
+from jobs.stage import EpisodeOutcome, Stage, StageContext, cogroup_per_episode, now, write_guarded
 from jobs.tables import Layout, Lineage, exists, read
-from schemas.base import spark_schema
 from schemas.tables import BA_POINTS, CAMERA_POSES, FRAMES, HANDS_CAM, HANDS_WORLD, KEYFRAME_POSES, VIDEOS
-from udfs.fusion import KEYFRAME_MAP_COLUMNS, POSED_FRAME_COLUMNS, guarded_fuse_hands
-from udfs.guard import guarded_schema
+from udfs.fusion import KEYFRAME_MAP_COLUMNS, POSED_FRAME_COLUMNS, fuse_hands
 from udfs.multi_output import TABLE_COLUMN
 
 __all__ = ["NO_POSES", "STAGE", "process"]
@@ -93,12 +91,8 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
     if maps is not None:
         posed = posed.unionByName(maps, allowMissingColumns=True)
     hands = read(ctx.spark, ctx.layout, HANDS_CAM).where(in_scope & F.col("episode_id").isin(list(posed_ids)))
-    result = (
-        posed.groupBy("episode_id")
-        .cogroup(hands.select(*HANDS_CAM.columns).groupBy("episode_id"))
-        .applyInPandas(
-            partial(guarded_fuse_hands, opts=ctx.cfg.fusion), spark_schema(guarded_schema(HANDS_WORLD.arrow))
-        )
+    result = cogroup_per_episode(
+        posed, hands.select(*HANDS_CAM.columns), partial(fuse_hands, opts=ctx.cfg.fusion), HANDS_WORLD.arrow
     )
     # Every episode's old rows are replaced; those without poses get none and fail.
     outcomes = write_guarded(ctx, lineage, episodes, result, HANDS_WORLD)

@@ -16,11 +16,9 @@ from functools import partial
 
 from pyspark.sql import functions as F
 
-from jobs.stage import EpisodeOutcome, Stage, StageContext, now, write_guarded
+from jobs.stage import EpisodeOutcome, Stage, StageContext, cogroup_per_episode, now, write_guarded
 from jobs.tables import Lineage, exists, read
-from schemas.base import spark_schema
 from schemas.tables import CAMERA_POSES, FRAMES, HANDS_WORLD, ROBOT_ACTIONS, ROBOT_QUALITY
-from udfs.guard import guarded_schema
 from udfs.retarget import (
     CAMERA_COLUMN,
     FRAME_COLUMNS,
@@ -28,9 +26,9 @@ from udfs.retarget import (
     HAND_COLUMNS,
     OUTPUT_SCHEMA,
     SCALE_COLUMNS,
-    guarded_retarget,
     load_embodiments,
     profiles_digest,
+    retarget_named,
 )
 
 _OPTIONAL_HAND_COLUMNS = ("filled", GRAVITY_COLUMN, *SCALE_COLUMNS)
@@ -61,13 +59,8 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
     retargeted = F.col("identity").isin(list(opts.identities))
     hands = read(ctx.spark, ctx.layout, HANDS_WORLD).where(in_scope & retargeted)
     hands = hands.select(*HAND_COLUMNS, *(c for c in _OPTIONAL_HAND_COLUMNS if c in hands.columns))
-    result = (
-        frames.groupBy("episode_id")
-        .cogroup(hands.groupBy("episode_id"))
-        .applyInPandas(
-            partial(guarded_retarget, names=names, opts=opts), spark_schema(guarded_schema(OUTPUT_SCHEMA))
-        )
-    )
+    unit = partial(retarget_named, names=names, opts=opts)
+    result = cogroup_per_episode(frames, hands, unit, OUTPUT_SCHEMA)
     return write_guarded(ctx, lineage, episodes, result, ROBOT_ACTIONS, ROBOT_QUALITY)
 
 

@@ -22,8 +22,8 @@ from jobs.stage import StageContext
 from jobs.tables import exists, read
 from pose_core.retarget.quality import retarget_figures
 from schemas.tables import ROBOT_ACTIONS, ROBOT_QUALITY
-from udfs.lerobot import ExportOptions
 from udfs.lerobot.episode import RobotLayout
+from udfs.options import ExportOptions
 
 __all__ = ["retarget_report", "robot_targets"]
 

@@ -13,9 +13,10 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from pyspark.sql import SparkSession
+if TYPE_CHECKING:  # pyspark loads only when a session is built: reading the options stays light
+    from pyspark.sql import SparkSession
 
 __all__ = ["SparkOptions", "build_spark", "delta_jars"]
 
@@ -74,6 +75,8 @@ def delta_jars() -> list[str]:
 
 def build_spark(opts: SparkOptions) -> SparkSession:
     """The active session, or a new embedded one configured for egolake and Delta."""
+    from pyspark.sql import SparkSession  # noqa: PLC0415 -- see the TYPE_CHECKING import
+
     active = SparkSession.getActiveSession()
     if active is not None:
         _tune(active, opts)

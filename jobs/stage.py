@@ -24,7 +24,7 @@ from jobs.tables import Layout, Lineage, append, exists, read
 from schemas import TableSchema
 from schemas.base import spark_schema
 from schemas.tables import RUNS
-from udfs.guard import ERROR_KIND, ROW_KIND, guarded_map, guarded_schema, run_unit
+from udfs.guard import ERROR_KIND, ROW_KIND, PairFn, guarded_map, guarded_pair, guarded_schema, run_unit
 from udfs.multi_output import TABLE_COLUMN, union_schema
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "Stage",
     "StageContext",
     "apply_per_episode",
+    "cogroup_per_episode",
     "latest_runs",
     "map_per_shard",
     "read_stacked",
@@ -308,3 +309,25 @@ def apply_per_episode(
         return run_unit(unit, pdf, columns)
 
     return inputs.groupBy("episode_id").applyInPandas(guarded_unit, spark_schema(guarded_schema(schema)))
+
+
+def cogroup_per_episode(
+    left: DataFrame, right: DataFrame, unit: PairFn, output: pa.Schema, key: str = "episode_id",
+    partitions: int | None = None,
+) -> DataFrame:  # fmt: skip
+    """Run `unit(left rows, right rows)` per group of `key` under the guard (a failure is its error row).
+
+    Args:
+        left: the first input (the unit's first argument); a group may be empty on one side.
+        right: the second input.
+        unit: pandas in, rows of `output` out (columns by name).
+        output: the unit's Arrow schema.
+        key: the grouping column (export groups by its `_slot`; the error row still names `episode_id`).
+        partitions: hash-partition both sides by `key` into this many partitions first (so the cogroup
+            needs no further shuffle and keeps exactly these tasks); None leaves it to Spark.
+    """
+    if partitions is not None:
+        left, right = left.repartition(partitions, key), right.repartition(partitions, key)
+    fn = guarded_pair(unit, output.names)
+    grouped = left.groupBy(key).cogroup(right.groupBy(key))
+    return grouped.applyInPandas(fn, spark_schema(guarded_schema(output)))

@@ -10,17 +10,17 @@ Callable on pandas frames without Spark.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from pose_core.identities import WEARER_HANDS
-from pose_core.training.timeline import TimelineOptions, segment_hand
+from pose_core.identities import is_right_hand
+from pose_core.training.timeline import segment_hand
 from schemas.tables import ACTIONS
-from udfs.guard import run_unit
+from udfs.columns import list_column
+from udfs.options import ActionsOptions
 
-__all__ = ["FRAME_COLUMNS", "HAND_COLUMNS", "ActionsOptions", "episode_actions", "guarded_episode_actions"]
+__all__ = ["FRAME_COLUMNS", "HAND_COLUMNS", "episode_actions"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,18 +28,6 @@ logger = logging.getLogger(__name__)
 FRAME_COLUMNS: tuple[str, ...] = ("episode_id", "frame_idx", "ts_s", "task_text")
 #: Columns of the `hands_world` side.
 HAND_COLUMNS: tuple[str, ...] = ("episode_id", "frame_idx", "identity", "keypoints_world_m")
-
-
-@dataclass(frozen=True)
-class ActionsOptions:
-    """Stage `actions`: the action timeline per episode and wearer hand, and the episode's task text."""
-
-    # Segmentation thresholds (wrist speed, grip aperture, contact cue, minimum durations).
-    timeline: TimelineOptions = field(default_factory=TimelineOptions)
-    # Task text of episodes whose input has no task sidecar (`task_source` = conf).
-    default_task_text: str = "manipulate objects with the hands"
-    # Hand identities (of `hands_world`) that get a timeline; one timeline each, missing where absent.
-    identities: tuple[str, ...] = WEARER_HANDS
 
 
 def _mean(values: np.ndarray) -> float:
@@ -81,10 +69,9 @@ def episode_actions(frames: pd.DataFrame, hands: pd.DataFrame, opts: ActionsOpti
         keypoints = np.full((len(frame_idx), 21, 3), np.nan)
         present = np.zeros(len(frame_idx), bool)
         if len(rows):
-            stacked = np.stack([np.asarray(v, np.float64) for v in mine["keypoints_world_m"]])
-            keypoints[rows] = stacked.reshape(-1, 21, 3)
+            keypoints[rows] = list_column(mine["keypoints_world_m"], 63).reshape(-1, 21, 3)
             present[rows] = True
-        timeline = segment_hand(keypoints, ts, present, identity.endswith("right"), opts.timeline)
+        timeline = segment_hand(keypoints, ts, present, is_right_hand(identity), opts.timeline)
         segs = timeline.segments
         starts = np.array([s.start for s in segs], np.int64)
         stops = np.array([s.stop for s in segs], np.int64)
@@ -114,9 +101,3 @@ def episode_actions(frames: pd.DataFrame, hands: pd.DataFrame, opts: ActionsOpti
         out["label"].value_counts().to_dict(), task_source,
     )  # fmt: skip
     return out
-
-
-def guarded_episode_actions(frames: pd.DataFrame, hands: pd.DataFrame, opts: ActionsOptions) -> pd.DataFrame:
-    """`episode_actions` for `cogroup(...).applyInPandas`; a failure becomes the episode's error row."""
-    unit = frames if not frames.empty else hands
-    return run_unit(lambda _: episode_actions(frames, hands, opts), unit, ACTIONS.columns)

@@ -16,17 +16,17 @@ import pandas as pd
 from pose_core.camera_poses.completion import CompletionOptions
 from pose_core.camera_poses.features import FeatureOptions
 from schemas.tables import FEATURES, FRAMES
-from udfs.hands import HandsOptions, hands_for_shard
+from udfs.hands import hands_for_shard
 from udfs.ingest import plan_shards
-from udfs.media.decode import DecodeOptions, decode_frames
+from udfs.media.decode import decode_frames
 from udfs.multi_output import split_tables, stack_tables
+from udfs.options import CameraTrackingOptions, DecodeOptions, HandsOptions
 from udfs.priors import shard_outputs
 from udfs.tracking import (
     BA_INPUTS,
     BA_OUTPUTS,
     COMPLETION_INPUTS,
     TRACKING_OUTPUTS,
-    CameraTrackingOptions,
     ba_unit,
     completion_unit,
     tracking_unit,

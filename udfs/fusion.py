@@ -38,10 +38,11 @@ from pose_core.hands.contact_scale import HandScale
 from pose_core.hands.fusion import SCALE_SOURCES, ScaleCandidate, ScaleSource
 from schemas.tables import BA_POINTS, HANDS_WORLD, KEYFRAME_POSES
 from udfs.camera_tables import camera_for_frames, world_from_cam_from_columns
-from udfs.guard import run_unit
-from udfs.media.decode import DecodeOptions, iter_frames
+from udfs.columns import list_column
+from udfs.media.decode import iter_frames
 from udfs.media.imu import read_episode_imu
 from udfs.multi_output import TABLE_COLUMN
+from udfs.options import DecodeOptions
 
 __all__ = [
     "KEYFRAME_MAP_COLUMNS",
@@ -51,7 +52,6 @@ __all__ = [
     "episode_imu_scale",
     "fuse_hands",
     "fuse_hands_detailed",
-    "guarded_fuse_hands",
     "map_points",
 ]
 
@@ -84,13 +84,6 @@ MEASURED_QUALITIES: tuple[str, ...] = (
 )
 
 
-def _stack(column: pd.Series, width: int) -> np.ndarray:
-    """A list column as a float64 array `(N, width)`."""
-    if len(column) == 0:
-        return np.zeros((0, width))
-    return np.stack([np.asarray(v, np.float64) for v in column]).reshape(len(column), width)
-
-
 def _episode_frames(frames: pd.DataFrame, hands: pd.DataFrame) -> EpisodeFrames:
     """Posed frames (rows with a pose) in frame order, with the intrinsics of the hand fits.
 
@@ -102,8 +95,8 @@ def _episode_frames(frames: pd.DataFrame, hands: pd.DataFrame) -> EpisodeFrames:
     if posed.empty:
         raise EgolakeError("no camera poses for this episode's frames")
     world_from_cam = np.tile(np.eye(4), (len(posed), 1, 1))
-    world_from_cam[:, :3, :3] = matrix_from_quat_wxyz(_stack(posed["world_from_cam_q_wxyz"], 4))
-    world_from_cam[:, :3, 3] = _stack(posed["world_from_cam_t_m"], 3)
+    world_from_cam[:, :3, :3] = matrix_from_quat_wxyz(list_column(posed["world_from_cam_q_wxyz"], 4))
+    world_from_cam[:, :3, 3] = list_column(posed["world_from_cam_t_m"], 3)
     fx, fy, cx, cy = np.asarray(hands["intrinsics_px"].iat[0], np.float64)
     measured = posed["pose_quality"].isin(MEASURED_QUALITIES).to_numpy() if "pose_quality" in posed else None
     return EpisodeFrames(
@@ -121,8 +114,8 @@ def _observations(hands: pd.DataFrame) -> EpisodeObservations:
     p_hand = hands["handedness_score"].to_numpy(np.float64)
     return EpisodeObservations(
         frame_idx=hands["frame_idx"].to_numpy(np.int64),
-        keypoints_px=_stack(hands["keypoints_px"], 42).reshape(-1, 21, 2),
-        keypoints_cam=_stack(hands["keypoints_cam_m"], 63).reshape(-1, 21, 3),
+        keypoints_px=list_column(hands["keypoints_px"], 42).reshape(-1, 21, 2),
+        keypoints_cam=list_column(hands["keypoints_cam_m"], 63).reshape(-1, 21, 3),
         score=hands["score"].to_numpy(np.float64),
         p_right=np.where(right, p_hand, 1.0 - p_hand),
         residual_px=hands["fit_residual_px"].to_numpy(np.float64),
@@ -229,7 +222,7 @@ def _stereo_scale(rows: pd.DataFrame, opts: FusionOptions) -> StereoScale | None
         known = np.isin(idx, points.index.to_numpy())
         xy = np.asarray(kf["obs_xy"], np.float64).reshape(-1, 2)[known]
         frame = int(kf["frame_idx"])
-        views.append(StereoView(left[frame], right[frame], pose, xy, _stack(points.loc[idx[known]], 3)))
+        views.append(StereoView(left[frame], right[frame], pose, xy, list_column(points.loc[idx[known]], 3)))
     return stereo_scale(matcher, views, so)
 
 
@@ -252,7 +245,7 @@ def map_points(rows: pd.DataFrame, min_observations: int) -> np.ndarray | None:
     ids, counts = np.unique(np.concatenate(seen), return_counts=True) if seen else (np.zeros(0), np.zeros(0))
     count = pd.Series(counts, index=ids).reindex(points["point_idx"].to_numpy(np.int64)).fillna(0)
     kept = points[(count >= min_observations).to_numpy()]
-    return _stack(kept["x_in_world_m"], 3)
+    return list_column(kept["x_in_world_m"], 3)
 
 
 def _scale_candidates(
@@ -368,9 +361,3 @@ def _log_hand_scale(episode_id: str, scale: HandScale | None) -> None:
             scale.rel_std_fit, len(scale.moments), scale.moments_in_contact, scale.observations_with_plane,
             scale.reason,
         )  # fmt: skip
-
-
-def guarded_fuse_hands(frames: pd.DataFrame, hands: pd.DataFrame, opts: FusionOptions) -> pd.DataFrame:
-    """`fuse_hands` for `cogroup(...).applyInPandas`; a failure becomes the episode's error row."""
-    unit = frames if not frames.empty else hands
-    return run_unit(lambda _: fuse_hands(frames, hands, opts), unit, HANDS_WORLD.columns)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pandas as pd
 import pyarrow as pa
 
-__all__ = ["ERROR_KIND", "ROW_KIND", "guarded_map", "guarded_schema", "run_unit"]
+__all__ = ["ERROR_KIND", "ROW_KIND", "guarded_map", "guarded_pair", "guarded_schema", "run_unit"]
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +24,7 @@ ERROR_KIND = "error"
 _STATUS_FIELDS = (pa.field("_row_kind", pa.string()), pa.field("_error", pa.string()))
 
 UnitFn = Callable[[pd.DataFrame], pd.DataFrame]
+PairFn = Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]
 
 
 def guarded_schema(schema: pa.Schema) -> pa.Schema:
@@ -58,6 +59,18 @@ def run_unit(fn: UnitFn, unit: pd.DataFrame, columns: Sequence[str], key: str = 
         row["_row_kind"] = ERROR_KIND
         row["_error"] = message[:2000]
         return pd.DataFrame([row], columns=[*columns, "_row_kind", "_error"])
+
+
+def guarded_pair(fn: PairFn, columns: Sequence[str], key: str = "episode_id") -> PairFn:
+    """`fn(left, right)` of one unit's two inputs (a cogroup's two sides) under the guard.
+
+    The error row names the unit by `key` from whichever side has rows.
+    """
+
+    def guarded(left: pd.DataFrame, right: pd.DataFrame) -> pd.DataFrame:
+        return run_unit(lambda _: fn(left, right), left if not left.empty else right, columns, key)
+
+    return guarded
 
 
 def guarded_map(

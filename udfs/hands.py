@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 
 import numpy as np
@@ -18,22 +17,19 @@ import pandas as pd
 from pose_core.errors import EgolakeError
 from pose_core.geometry.camera import Camera
 from pose_core.hands import (
-    FitOptions,
     HandEstimator,
     HandObservation,
-    MediaPipeOptions,
     fit_hand_with_camera,
     hand_box,
 )
 from schemas.tables import HANDS_CAM
 from udfs.camera_tables import camera_for_frames
-from udfs.media.decode import DecodeOptions, iter_frames
+from udfs.media.decode import iter_frames
+from udfs.options import DecodeOptions, EstimatorOptions, HandsOptions
 
 __all__ = [
     "DEPTH_SOURCE",
     "ESTIMATOR_ENTRY_POINTS",
-    "EstimatorOptions",
-    "HandsOptions",
     "hand_rows",
     "hands_for_shard",
     "load_estimator",
@@ -45,40 +41,6 @@ logger = logging.getLogger(__name__)
 ESTIMATOR_ENTRY_POINTS = "egolake.hand_estimators"
 #: Where the metric depth of a monocular hand fit comes from.
 DEPTH_SOURCE = "hand_size_prior"
-
-
-@dataclass(frozen=True)
-class EstimatorOptions:
-    """Which 2-D hand model runs, on what images."""
-
-    # "mediapipe" (default, models from `python -m conf.models`) or the name of an entry point in
-    # the group `egolake.hand_estimators` whose factory takes these options.
-    kind: str = "mediapipe"
-    # Long side of the frames given to the estimator, pixels (the decoder resizes); 0 keeps the native size.
-    max_long_side_px: int = 640
-    # Frames decoded and passed to the estimator per call.
-    batch_frames: int = 32
-    # Settings of the MediaPipe estimator.
-    mediapipe: MediaPipeOptions = field(default_factory=MediaPipeOptions)
-
-    def __post_init__(self) -> None:
-        if self.max_long_side_px < 0 or self.batch_frames < 1:
-            raise ValueError(
-                f"hands.estimator: max_long_side_px must be >= 0 and batch_frames >= 1, got "
-                f"{self.max_long_side_px}, {self.batch_frames}"
-            )
-
-
-@dataclass(frozen=True)
-class HandsOptions:
-    """Stage `hands`: per-frame 2-D hands and their metric fit in the camera frame."""
-
-    # The hand model and the resolution it sees.
-    estimator: EstimatorOptions = field(default_factory=EstimatorOptions)
-    # The metric fit (hand-size prior, depth limits).
-    fit: FitOptions = field(default_factory=FitOptions)
-    # Hand boxes (for tracking's masks) grow by this fraction of their larger side on each side.
-    box_margin: float = 0.15
 
 
 _ESTIMATORS: dict[EstimatorOptions, HandEstimator] = {}

@@ -13,8 +13,9 @@ import pyarrow as pa
 
 from schemas.tables import VIDEOS
 from udfs.media.inputs import InputItem
-from udfs.media.probe import ProbeOptions, probe_with_timeout
+from udfs.media.probe import probe_with_timeout
 from udfs.media.sidecars import Calibration, Sidecars, read_calibration, read_task
+from udfs.options import ProbeOptions
 
 __all__ = [
     "PROBE_SCHEMA",

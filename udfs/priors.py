@@ -19,8 +19,9 @@ from pose_core.camera_poses.features import FeatureOptions, KltTracker
 from pose_core.errors import EgolakeError
 from pose_core.image_quality import frame_quality
 from schemas.tables import FEATURES, FRAMES
-from udfs.media.decode import DecodeOptions, iter_frames
+from udfs.media.decode import iter_frames
 from udfs.multi_output import stack_tables
+from udfs.options import DecodeOptions
 
 __all__ = ["TRACK_ID_SHIFT", "shard_outputs"]
 

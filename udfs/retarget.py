@@ -35,7 +35,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -44,11 +44,9 @@ import pandas as pd
 
 from pose_core.errors import EgolakeError
 from pose_core.hands.fusion import SCALE_SOURCES
-from pose_core.identities import WEARER_HANDS, is_right_hand
+from pose_core.identities import is_right_hand
 from pose_core.retarget import (
     Embodiment,
-    HandRetargetOptions,
-    RetargetOptions,
     as_right_hand,
     grip_aperture_from_keypoints,
     keypoints_in_wrist,
@@ -62,7 +60,6 @@ from pose_core.retarget import (
 )
 from pose_core.retarget.quality import (
     VALID_STATES,
-    QualityThresholds,
     RetargetFigures,
     evaluate_quality,
     hand_states,
@@ -71,12 +68,12 @@ from pose_core.retarget.quality import (
 )
 from pose_core.training.tensors import nearest_source, uniform_times
 from schemas.tables import ROBOT_ACTIONS, ROBOT_QUALITY
-from udfs.guard import run_unit
+from udfs.columns import list_column
 from udfs.multi_output import stack_tables, union_schema
+from udfs.options import RetargetStageOptions
 from udfs.robots import load_embodiment
 
 __all__ = [
-    "BASE_PLACEMENTS",
     "CAMERA_COLUMN",
     "DEFAULT_PROFILES_DIR",
     "FRAME_COLUMNS",
@@ -84,21 +81,18 @@ __all__ = [
     "HAND_COLUMNS",
     "SCALE_COLUMNS",
     "OUTPUT_SCHEMA",
-    "RetargetStageOptions",
     "USER_SCALE_HINT",
-    "guarded_retarget",
     "load_embodiments",
     "profile_path",
     "profiles_digest",
     "retarget_episode",
+    "retarget_named",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: The project's embodiment profiles.
 DEFAULT_PROFILES_DIR = Path(__file__).resolve().parents[1] / "conf" / "embodiments"
-#: Where an arm's base stands: the profile's pose, at each hand's median wrist, or searched per episode.
-BASE_PLACEMENTS = ("profile", "wrist_median", "search")
 #: Columns of the two inputs; `gravity_dir_world` (hands_world, per episode), `filled` and the frames'
 #: camera centre are optional.
 FRAME_COLUMNS: tuple[str, ...] = ("episode_id", "frame_idx", "ts_s")
@@ -112,44 +106,6 @@ CAMERA_COLUMN = "world_from_cam_t_m"
 OUTPUT_SCHEMA = union_schema([ROBOT_ACTIONS, ROBOT_QUALITY])
 #: How a user gives a metric scale when the episode has none (conf/embodiments/README.md).
 USER_SCALE_HINT = "--set fusion.user_metres_per_unit=<metres per map unit>"
-
-
-@dataclass(frozen=True)
-class RetargetStageOptions:
-    """Where profiles and URDFs are, how robot bases are placed, which steps are valid, the solvers."""
-
-    # Robots root holding the URDFs (conf/embodiments/README.md); empty: $EGOLAKE_ROBOTS_DIR.
-    robots_dir: str = ""
-    # Folder of the profiles <name>.yaml; empty: the project's conf/embodiments.
-    profiles_dir: str = ""
-    # Where each arm's base stands: "profile" (the profile's world_from_base, for a z-up metric world),
-    # "wrist_median" (upright against gravity, facing the first camera's forward, turned as the profile
-    # says, moved so each hand's median wrist lands on the workspace centre; for a world that is the first
-    # camera's frame, as hands_world's is) or "search" (from there, the position and yaw that reach most
-    # of each hand's trajectory: retarget.arm.placement).
-    base_placement: str = "search"
-    # Gravity (down) in the world for "wrist_median" and "search" when hands_world has no gravity_dir_world
-    # (no IMU): the first camera's y, i.e. a first frame held level.
-    default_gravity_dir_world: tuple[float, float, float] = (0.0, 1.0, 0.0)
-    # A hand whose wrist is farther than this from the camera centre is a failed fit, not motion to follow
-    # (an adult's arm reaches ~0.75 m from the eyes): its steps are invalid (`beyond_reach`), metres.
-    max_hand_distance_m: float = 0.9
-    # hands_world identities retargeted, each to its own copy of every embodiment.
-    identities: tuple[str, ...] = WEARER_HANDS
-    # Arm solver: smoothed targets, base search, chunked DLS IK, the trajectory fit within the limits.
-    arm: RetargetOptions = field(default_factory=RetargetOptions)
-    # Dexterous-hand solver: keypoint-vector retargeting.
-    hand: HandRetargetOptions = field(default_factory=HandRetargetOptions)
-    # Which episodes a robot's dataset keeps (robot_quality.passed).
-    quality: QualityThresholds = field(default_factory=QualityThresholds)
-
-    def __post_init__(self) -> None:
-        if self.base_placement not in BASE_PLACEMENTS:
-            raise ValueError(
-                f"retarget.base_placement must be one of {BASE_PLACEMENTS}, got {self.base_placement!r}"
-            )
-        if self.max_hand_distance_m <= 0:
-            raise ValueError(f"retarget.max_hand_distance_m must be > 0, got {self.max_hand_distance_m}")
 
 
 _EMBODIMENTS: dict[tuple[str, str, str, str], Embodiment] = {}
@@ -220,7 +176,7 @@ def _camera_centres(axis: pd.DataFrame, hands: pd.DataFrame) -> np.ndarray:
     scale = hands["metres_per_unit"].dropna()
     has = axis[CAMERA_COLUMN].notna().to_numpy()
     if len(scale) and has.any():
-        centres = np.stack([np.asarray(t, np.float64) for t in axis[CAMERA_COLUMN][has]])
+        centres = list_column(axis[CAMERA_COLUMN][has], 3)
         out[has] = centres * float(scale.iat[0])
     return out
 
@@ -420,7 +376,7 @@ def _tracks(
             )
         at = at.to_numpy(np.int64)
         kp = np.full((len(frame_idx), 21, 3), np.nan)
-        kp[at] = np.stack([np.asarray(v, np.float64) for v in rows["keypoints_world_m"]]).reshape(-1, 21, 3)
+        kp[at] = list_column(rows["keypoints_world_m"], 63).reshape(-1, 21, 3)
         present, filled = np.zeros(len(frame_idx), bool), np.zeros(len(frame_idx), bool)
         present[at] = True
         if "filled" in rows:
@@ -431,6 +387,13 @@ def _tracks(
         steps[~np.isin(states, VALID_STATES)] = np.nan
         out.append(_Track(str(identity), steps, states, ts[0] + times, frame_idx[src]))
     return out
+
+
+def retarget_named(
+    frames: pd.DataFrame, hands: pd.DataFrame, names: Sequence[str], opts: RetargetStageOptions
+) -> pd.DataFrame:
+    """`retarget_episode` with the named embodiments, loaded where it runs (once per worker, cached)."""
+    return retarget_episode(frames, hands, load_embodiments(names, opts), opts)
 
 
 def retarget_episode(
@@ -509,16 +472,4 @@ def retarget_episode(
         )
     return stack_tables(
         [(ROBOT_ACTIONS, pd.concat(actions, ignore_index=True)), (ROBOT_QUALITY, pd.DataFrame(quality))]
-    )
-
-
-def guarded_retarget(
-    frames: pd.DataFrame, hands: pd.DataFrame, names: Sequence[str], opts: RetargetStageOptions
-) -> pd.DataFrame:
-    """`retarget_episode` for `cogroup(...).applyInPandas`; a failure becomes the episode's error row."""
-    unit = frames if not frames.empty else hands
-    return run_unit(
-        lambda _: retarget_episode(frames, hands, load_embodiments(names, opts), opts),
-        unit,
-        OUTPUT_SCHEMA.names,
     )

@@ -8,7 +8,6 @@ tables (`udfs.multi_output`); only light columns travel (ids, pixel positions, p
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -21,8 +20,7 @@ from pose_core.camera_poses.completion import (
     complete_poses,
 )
 from pose_core.camera_poses.features import FrameFeatures
-from pose_core.camera_poses.self_calibration import SelfCalibrationOptions, track_self_calibrated
-from pose_core.camera_poses.tracking import TrackingOptions
+from pose_core.camera_poses.self_calibration import track_self_calibrated
 from schemas import TableSchema
 from schemas.tables import (
     BA_CAMERAS,
@@ -48,12 +46,12 @@ from udfs.camera_tables import (
 )
 from udfs.feature_links import link_shards
 from udfs.multi_output import split_tables, stack_tables
+from udfs.options import CameraTrackingOptions
 
 __all__ = [
     "BA_INPUTS",
     "BA_OUTPUTS",
     "COMPLETION_INPUTS",
-    "CameraTrackingOptions",
     "FEATURE_VIEW",
     "TRACKING_OUTPUTS",
     "ba_unit",
@@ -65,24 +63,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class CameraTrackingOptions:
-    """Stage tracking: shard linking, hand masking and monocular tracking per episode."""
-
-    # Tracks of two neighbouring shards are one track when, in the overlap frames, they are mutual
-    # nearest neighbours within this distance, pixels. 0.5 links too few (synthetic sample, 240 frames
-    # in 3 shards: ATE 0.39 % vs 0.26 % of the path at 1.0): fresh FAST corners are pixel-quantised.
-    link_max_px: float = 1.0
-    # Features inside a hands_cam box grown by this many pixels per side are dropped (when hands_cam exists).
-    hand_margin_px: float = 4.0
-    # Frame-to-frame tracking, keyframes and local bundle adjustment.
-    tracker: TrackingOptions = field(default_factory=TrackingOptions)
-    # Without a calibration: estimate the focal and a radial term after a first pass, track again with them.
-    self_calibration: SelfCalibrationOptions = field(default_factory=SelfCalibrationOptions)
-
-
-#: Rows the tracking and completion units read: `features` plus the episode's calibration sidecar,
-#: its decoded frame size and the frame's hand boxes (a joined view, not a stored table).
 FEATURE_VIEW = TableSchema(
     name="feature_view",
     version="1",

@@ -1,3 +1,5 @@
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -5,6 +7,18 @@ import pytest
 from jobs.config import DEFAULT_YAML_HEADER, PipelineConfig, dump_defaults, load_config, section_hash
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
+HEAVY = ("pyspark", "pandas", "pyarrow", "plotly", "decord", "av", "torch", "mediapipe", "ai_edge_litert")
+
+
+@pytest.mark.parametrize("code", [
+    "import jobs.config",
+    "from jobs.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
+])
+def test_reading_options_loads_no_heavy_library(code):
+    """Every CLI call and every worker reads the options: that must not load Spark, video or plotting."""
+    probe = f"{code}\nimport sys\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stderr
 
 
 def test_defaults_file_is_current():

@@ -13,7 +13,8 @@ from pose_core.camera_poses.self_calibration import SelfCalibrationOptions, trac
 from pose_core.camera_poses.tracking import TrackingOptions, TrackingState, track_episode
 from pose_core.geometry.camera import Camera
 from pose_core.geometry.rigid3 import so3_log
-from udfs.media.decode import DecodeOptions, decode_frames
+from udfs.media.decode import decode_frames
+from udfs.options import DecodeOptions
 
 pytestmark = pytest.mark.slow
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from schemas.tables import ACTIONS
 from tests.pose_core.training.phased_hand import CLOSED_M, phased_hand
-from udfs.actions import ActionsOptions, episode_actions, guarded_episode_actions
+from udfs.actions import episode_actions
+from udfs.guard import guarded_pair
+from udfs.options import ActionsOptions
 
 FIRST_FRAME = 100  # frame numbers need not start at 0
 
@@ -75,8 +79,9 @@ def test_frames_without_a_row_are_missing(episode):
 def test_a_bad_episode_becomes_its_error_row(episode):
     frames, hands, _ = episode
     broken = hands.assign(keypoints_world_m=[np.zeros(5)] * len(hands))
-    out = guarded_episode_actions(frames, broken, ActionsOptions())
+    guarded_actions = guarded_pair(partial(episode_actions, opts=ActionsOptions()), ACTIONS.columns)
+    out = guarded_actions(frames, broken)
     assert out["_row_kind"].tolist() == ["error"] and out["episode_id"].tolist() == ["e1"]
     assert "ValueError" in out["_error"].iat[0]
-    ok = guarded_episode_actions(frames, hands, ActionsOptions())
+    ok = guarded_actions(frames, hands)
     assert (ok["_row_kind"] == "row").all() and len(ok) > 2

@@ -4,6 +4,7 @@ keyframes and points of a ground-truth map in map units of `MPU` metres stacked 
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -13,11 +14,11 @@ from jobs.sample import SampleOptions, write_sample
 from pose_core.geometry.rigid3 import quat_wxyz_from_matrix
 from pose_core.hands import FusionOptions
 from pose_core.synth import generate_episode
-from schemas.tables import BA_POINTS, KEYFRAME_POSES
+from schemas.tables import BA_POINTS, HANDS_WORLD, KEYFRAME_POSES
 from tests.pose_core.camera_poses.test_stereo import keyframe_map
 from tests.udfs.test_hands_fusion import noisy_hands_cam
-from udfs.fusion import fuse_hands, guarded_fuse_hands
-from udfs.guard import ERROR_KIND
+from udfs.fusion import fuse_hands
+from udfs.guard import ERROR_KIND, guarded_pair
 from udfs.ingest import calibration_to_json
 from udfs.media.sidecars import read_calibration
 from udfs.multi_output import TABLE_COLUMN
@@ -107,6 +108,7 @@ def test_a_missing_right_stream_fails_the_episode_naming_the_file(sample, tmp_pa
     hands = noisy_hands_cam(episode, np.random.default_rng(1))
     missing = str(tmp_path / "gone.right.mp4")
     broken = stereo.assign(stereo_partner_path=missing)
-    out = guarded_fuse_hands(pd.concat([posed, broken], ignore_index=True), hands, FusionOptions())
+    fuse = guarded_pair(partial(fuse_hands, opts=FusionOptions()), HANDS_WORLD.columns)
+    out = fuse(pd.concat([posed, broken], ignore_index=True), hands)
     assert out["_row_kind"].tolist() == [ERROR_KIND]
     assert out["_error"].iat[0].startswith("InputError") and missing in out["_error"].iat[0]

@@ -14,15 +14,8 @@ from pose_core.errors import EgolakeError
 from pose_core.hands import HandObservation
 from pose_core.synth.episode import SynthOptions, generate_episode
 from schemas.tables import HANDS_CAM
-from udfs.hands import (
-    EstimatorOptions,
-    HandsOptions,
-    camera_for_frames,
-    hand_rows,
-    hands_for_shard,
-    load_estimator,
-)
-from udfs.media.decode import DecodeOptions
+from udfs.hands import camera_for_frames, hand_rows, hands_for_shard, load_estimator
+from udfs.options import DecodeOptions, EstimatorOptions, HandsOptions
 
 logger = logging.getLogger(__name__)
 

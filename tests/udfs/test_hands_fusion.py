@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -16,10 +17,11 @@ from pose_core.hands import FusionOptions
 from pose_core.synth.episode import SynthOptions, generate_episode
 from pose_core.synth.observe import DetectionNoise, noisy_hand_observations, simulated_map
 from schemas.tables import HANDS_WORLD
-from udfs.fusion import fuse_hands, guarded_fuse_hands
-from udfs.guard import ERROR_KIND, ROW_KIND
-from udfs.hands import HandsOptions, hand_rows
+from udfs.fusion import fuse_hands
+from udfs.guard import ERROR_KIND, ROW_KIND, guarded_pair
+from udfs.hands import hand_rows
 from udfs.multi_output import TABLE_COLUMN
+from udfs.options import HandsOptions
 
 logger = logging.getLogger(__name__)
 PX_NOISE = 2.0  # 2-D keypoint noise, pixels (1 sigma)
@@ -163,9 +165,10 @@ def test_no_poses_is_a_clear_episode_failure(episode):
     hands = noisy_hands_cam(episode, np.random.default_rng(2))
     frames = posed_frames(episode)
     frames["world_from_cam_q_wxyz"] = None
-    out = guarded_fuse_hands(frames, hands, FusionOptions())
+    guarded_fuse_hands = guarded_pair(partial(fuse_hands, opts=FusionOptions()), HANDS_WORLD.columns)
+    out = guarded_fuse_hands(frames, hands)
     assert out["_row_kind"].tolist() == [ERROR_KIND]
     assert out["_error"].iat[0] == "EgolakeError: no camera poses for this episode's frames"
-    ok = guarded_fuse_hands(posed_frames(episode), hands.iloc[:0], FusionOptions())
+    ok = guarded_fuse_hands(posed_frames(episode), hands.iloc[:0])
     assert ok.empty  # an episode without hands has no rows and no error
-    assert (guarded_fuse_hands(posed_frames(episode), hands, FusionOptions())["_row_kind"] == ROW_KIND).all()
+    assert (guarded_fuse_hands(posed_frames(episode), hands)["_row_kind"] == ROW_KIND).all()

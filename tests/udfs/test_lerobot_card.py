@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from udfs.lerobot import ExportOptions, dataset_spec
+from udfs.lerobot import dataset_spec
 from udfs.lerobot.dataset import write_card
+from udfs.options import ExportOptions
 
 
 def _episode(index: int, source: str, mpu: float, std: float | None) -> dict:

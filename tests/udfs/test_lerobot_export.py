@@ -71,8 +71,9 @@ def _tables(episode_id: str, frames: np.ndarray, gt: dict) -> tuple[pd.DataFrame
 def exported(sample, tmp_path_factory):
     from pose_core.privacy.faces import FaceBlurOptions
     from pose_core.training import TensorOptions
-    from udfs.lerobot import ExportOptions, dataset_spec, export_episode
+    from udfs.lerobot import dataset_spec, export_episode
     from udfs.lerobot.dataset import finish_dataset, plan_episodes
+    from udfs.options import ExportOptions
 
     video, gt = sample
     opts = ExportOptions(
@@ -254,9 +255,10 @@ def test_robot_dataset_without_video_loads_with_joint_positions(sample, tmp_path
     """A per-robot dataset (issue #7) through the same writer: state = joints + gripper per followed hand."""
     from pose_core.privacy.faces import FaceBlurOptions
     from pose_core.training import TensorOptions
-    from udfs.lerobot import ExportOptions, export_episode
+    from udfs.lerobot import export_episode
     from udfs.lerobot.dataset import finish_dataset, plan_episodes
     from udfs.lerobot.episode import RobotLayout, robot_spec
+    from udfs.options import ExportOptions
 
     _, gt = sample
     rng = np.random.default_rng(0)
@@ -346,10 +348,11 @@ def test_faces_in_real_photos_are_blurred_in_the_exported_video(tmp_path):
     """The exported video run through the face detector again: no face where the unblurred export had one."""
     from pose_core.privacy.faces import FaceBlurOptions
     from pose_core.training import TensorOptions
-    from udfs.lerobot import ExportOptions, export_episode
+    from udfs.lerobot import export_episode
     from udfs.lerobot.writer import video_path
     from udfs.media.decode import decode_frames
     from udfs.models import face_blurrer
+    from udfs.options import ExportOptions
 
     try:
         detector = face_blurrer(FaceBlurOptions())
@@ -402,7 +405,8 @@ def test_overlay_without_a_camera_row_fails_before_decoding(sample, tmp_path):
     from pose_core.errors import EgolakeError
     from pose_core.privacy.faces import FaceBlurOptions
     from pose_core.training import TensorOptions
-    from udfs.lerobot import ExportOptions, export_episode
+    from udfs.lerobot import export_episode
+    from udfs.options import ExportOptions
 
     video, gt = sample
     posed, hands = _tables("x", np.arange(SOURCE_FRAMES), gt)

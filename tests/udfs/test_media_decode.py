@@ -10,8 +10,9 @@ import pytest
 
 from pose_core.errors import InputError
 from tests.corpus import VFR_DURATIONS_MS, make_corpus, textured_frames
-from udfs.media.decode import DecodeOptions, decode_frames, iter_frames, output_size
+from udfs.media.decode import decode_frames, iter_frames, output_size
 from udfs.media.encode import EncodeOptions, write_video
+from udfs.options import DecodeOptions
 
 
 @pytest.fixture(scope="module")

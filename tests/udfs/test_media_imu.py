@@ -20,8 +20,8 @@ from udfs.ingest import probe_row
 from udfs.media.gpmf_imu import imu_rows
 from udfs.media.imu import attach_imu, read_embedded_imu, read_episode_imu
 from udfs.media.inputs import InputItem
-from udfs.media.probe import ProbeOptions
 from udfs.media.sidecars import Sidecars, read_imu, write_imu
+from udfs.options import ProbeOptions
 
 # Ingest tests check the IMU, not the video: counting frames by demuxing is enough.
 FAST_PROBE = ProbeOptions(decode_check="sampled", sample_frames=2)

@@ -13,9 +13,10 @@ import udfs.media.probe as probe_module
 from tests.corpus import make_corpus
 from udfs.media.dedup import DedupOptions, find_duplicates
 from udfs.media.inputs import InputItem, list_inputs
-from udfs.media.probe import ProbeOptions, ProbeResult, probe, probe_with_timeout
+from udfs.media.probe import ProbeResult, probe, probe_with_timeout
 from udfs.media.reasons import REASONS
 from udfs.media.sidecars import Sidecars
+from udfs.options import ProbeOptions
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,8 @@ from tests.udfs.qa_tables import (
     synth_tables,
 )
 from udfs.multi_output import stack_tables
-from udfs.qa_report import QA_INPUTS, QAOptions, index_page, qa_unit
+from udfs.options import QAOptions
+from udfs.qa_report import QA_INPUTS, index_page, qa_unit
 from udfs.qa_report.episode import episode_signals, episode_view
 
 FRAMES = 60

@@ -6,6 +6,7 @@ Its output stacks `robot_actions` and `robot_quality` rows (`udfs.multi_output`)
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -18,16 +19,16 @@ from pose_core.retarget.ik import pose_errors
 from pose_core.retarget.placement import world_from_wrist_for_targets
 from pose_core.synth.robot_hands import FPS, joint_trajectory, keypoints_at_wrists, tcp_poses
 from schemas.tables import ROBOT_ACTIONS, ROBOT_QUALITY
-from udfs.guard import ERROR_KIND
+from udfs.guard import ERROR_KIND, guarded_pair
 from udfs.multi_output import split_tables
+from udfs.options import RetargetStageOptions
 from udfs.retarget import (
     CAMERA_COLUMN,
     DEFAULT_PROFILES_DIR,
     OUTPUT_SCHEMA,
-    RetargetStageOptions,
-    guarded_retarget,
     load_embodiments,
     retarget_episode,
+    retarget_named,
 )
 
 FRAMES = 120
@@ -311,7 +312,8 @@ class TestErrors:
         frames = pd.DataFrame({"episode_id": EPISODE, "frame_idx": [0, 1], "ts_s": [0.0, 0.0]})
         hands = pd.DataFrame({"episode_id": EPISODE, "frame_idx": [0, 1], "identity": "wearer_right",
                               "keypoints_world_m": [np.zeros(63), np.zeros(63)], "scale_source": "imu"})
-        out = guarded_retarget(frames, hands, ["so101"], opts)
+        unit = guarded_pair(partial(retarget_named, names=["so101"], opts=opts), OUTPUT_SCHEMA.names)
+        out = unit(frames, hands)
         assert out["_row_kind"].tolist() == [ERROR_KIND] and "increasing" in out["_error"].iat[0]
         assert out["episode_id"].iat[0] == EPISODE
 

@@ -23,7 +23,8 @@ from schemas.tables import ROBOT_ACTIONS
 from tests.udfs.test_hands_fusion import noisy_hands_cam, posed_frames
 from udfs.fusion import fuse_hands
 from udfs.multi_output import TABLE_COLUMN, split_tables
-from udfs.retarget import RetargetStageOptions, load_embodiments, retarget_episode
+from udfs.options import RetargetStageOptions
+from udfs.retarget import load_embodiments, retarget_episode
 
 logger = logging.getLogger(__name__)
 

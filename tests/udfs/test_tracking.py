@@ -13,16 +13,15 @@ from schemas.tables import FEATURES, FRAMES
 from udfs.camera_tables import world_from_cam_from_columns
 from udfs.guard import ERROR_KIND, run_unit
 from udfs.ingest import calibration_to_json, plan_shards
-from udfs.media.decode import DecodeOptions
 from udfs.media.sidecars import read_calibration
 from udfs.multi_output import split_tables, stack_tables
+from udfs.options import CameraTrackingOptions, DecodeOptions
 from udfs.priors import shard_outputs
 from udfs.tracking import (
     BA_INPUTS,
     BA_OUTPUTS,
     COMPLETION_INPUTS,
     TRACKING_OUTPUTS,
-    CameraTrackingOptions,
     ba_unit,
     completion_unit,
     episode_features,

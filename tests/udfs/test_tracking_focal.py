@@ -20,12 +20,12 @@ from udfs.camera_tables import world_from_cam_from_columns
 from udfs.ingest import calibration_to_json
 from udfs.media.sidecars import Calibration
 from udfs.multi_output import split_tables, stack_tables
+from udfs.options import CameraTrackingOptions
 from udfs.tracking import (
     BA_INPUTS,
     BA_OUTPUTS,
     COMPLETION_INPUTS,
     TRACKING_OUTPUTS,
-    CameraTrackingOptions,
     ba_unit,
     completion_unit,
     tracking_unit,

@@ -16,8 +16,7 @@ import os
 import socket
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import dataclass, replace
 
 import cv2
 import numpy as np
@@ -32,7 +31,6 @@ from pose_core.training import (
     HAND_IDENTITIES,
     EpisodeTensors,
     FeatureSpec,
-    TensorOptions,
     episode_tensors,
     hand_feature_spec,
     robot_feature_spec,
@@ -40,24 +38,25 @@ from pose_core.training import (
 )
 from pose_core.training.stats import feature_stats, image_stats
 from udfs.camera_tables import camera_from_row
-from udfs.guard import run_unit
+from udfs.columns import list_column
 from udfs.lerobot.writer import video_path, write_episode_data
-from udfs.media.decode import DecodeOptions, iter_frames
+from udfs.media.decode import iter_frames
 from udfs.media.encode import EncodeOptions, VideoWriter
 from udfs.media.overlay import draw_hands, project_world_points
 from udfs.models import face_blurrer
+from udfs.options import DecodeOptions, ExportOptions
 
 __all__ = [
     "EGO_OVERLAY_KEY",
     "EGO_VIDEO_KEY",
     "EPISODE_META",
     "PLAN_COLUMNS",
-    "ExportOptions",
     "RobotLayout",
     "dataset_spec",
+    "encode_options",
     "export_episode",
-    "guarded_export_episode",
     "robot_spec",
+    "source_decode_options",
 ]
 
 logger = logging.getLogger(__name__)
@@ -97,102 +96,6 @@ _BLURRERS: dict[FaceBlurOptions, FaceBlurrer] = {}
 
 
 @dataclass(frozen=True)
-class ExportOptions:
-    """The `export` stage: LeRobot v3 datasets, one immutable version per change."""
-
-    # Dataset name: datasets are written to OUTPUT/datasets/<name>/v<N>.
-    name: str = "hands"
-    # State/action tensors: rate, action mode, keypoints.
-    tensors: TensorOptions = field(default_factory=TensorOptions)
-    # Video frame width, pixels (the same for every episode; other aspect ratios are letterboxed).
-    image_width: int = 320
-    # Video frame height, pixels.
-    image_height: int = 240
-    # Export the egocentric video (observation.images.ego); false writes tensors only.
-    video: bool = True
-    # Also export observation.images.ego_overlay: the ego video with the exported hand keypoints
-    # projected into it and drawn (a check that state and image agree; one more encode per episode).
-    # Human-hands dataset only.
-    overlay_video: bool = False
-    # Video codec: h264 (libx264) or av1 (libsvtav1).
-    codec: Literal["h264", "av1"] = "h264"
-    # Encoder quality (constant rate factor; lower = better, larger).
-    crf: int = 23
-    # Frames between key frames: short GOPs make random access (training loaders) cheap.
-    gop_size: int = 10
-    # Encoder threads per episode (0: the encoder's default, one per core). 1 by default: Spark
-    # already runs one task per core, so more threads only contend with the other tasks.
-    encoder_threads: int = 1
-    # Skip the source's in-loop deblocking filter when the dataset frame is at most this fraction of
-    # the source's size (0 = never): 10-35 % less decode CPU, >= 40 dB Y-PSNR against the full decode
-    # at 0.5 (bench/results/decode.md), far above the export encoder's own loss.
-    skip_deblocking_below: float = 0.5
-    # Episodes with a wearer hand in fewer than this fraction of their source frames are left out.
-    min_hand_fraction: float = 0.2
-    # Task text of episodes without a task sidecar.
-    default_task: str = "manipulate objects with the hands"
-    # Face blurring of every exported frame.
-    privacy: FaceBlurOptions = field(default_factory=FaceBlurOptions)
-    # Also export one dataset per robot embodiment from robot_actions (when that table exists).
-    robot_datasets: bool = True
-
-    def __post_init__(self) -> None:
-        if self.codec not in _CODECS:
-            raise ValueError(f"export.codec must be one of {sorted(_CODECS)}, got {self.codec!r}")
-        if self.image_width % 2 or self.image_height % 2 or min(self.image_width, self.image_height) < 2:
-            raise ValueError(
-                f"export image size must be even and >= 2, got {self.image_width}x{self.image_height}"
-            )
-        if self.encoder_threads < 0:
-            raise ValueError(f"export.encoder_threads must be >= 0, got {self.encoder_threads}")
-        if not 0.0 <= self.min_hand_fraction <= 1.0:
-            raise ValueError(f"export.min_hand_fraction must be in [0, 1], got {self.min_hand_fraction}")
-        if not self.name or "/" in self.name or self.name.startswith(("_", ".")):
-            raise ValueError(f"export.name must be a plain folder name, got {self.name!r}")
-
-    @property
-    def video_keys(self) -> tuple[str, ...]:
-        """The human-hands dataset's video features."""
-        if not self.video:
-            return ()
-        return (EGO_VIDEO_KEY, EGO_OVERLAY_KEY) if self.overlay_video else (EGO_VIDEO_KEY,)
-
-    @property
-    def decode(self) -> DecodeOptions:
-        """Decoder settings for the source frames: PyAV, which can skip deblocking (decord cannot)."""
-        return DecodeOptions(
-            backend="pyav",
-            max_long_side_px=max(self.image_width, self.image_height),
-            skip_deblocking_below=self.skip_deblocking_below,
-        )
-
-    @property
-    def encode(self) -> EncodeOptions:
-        """Encoder settings for `udfs.media.encode`."""
-        threads = {"threads": str(self.encoder_threads)} if self.encoder_threads else {}
-        return EncodeOptions(
-            codec=_CODECS[self.codec][0],
-            crf=self.crf,
-            gop_size=self.gop_size,
-            codec_options=threads,
-            rgb_converter="opencv",
-        )
-
-    def video_info(self, fps: int) -> dict[str, object]:
-        """LeRobot's `info` block of a video feature."""
-        return {
-            "video.height": self.image_height,
-            "video.width": self.image_width,
-            "video.codec": _CODECS[self.codec][1],
-            "video.pix_fmt": "yuv420p",
-            "video.is_depth_map": False,
-            "video.fps": fps,
-            "video.channels": 3,
-            "has_audio": False,
-        }
-
-
-@dataclass(frozen=True)
 class RobotLayout:
     """The state layout of one embodiment's dataset, fixed by the driver from `robot_actions`.
 
@@ -212,6 +115,48 @@ class RobotLayout:
     fps: int
 
 
+def _video_keys(opts: ExportOptions) -> tuple[str, ...]:
+    """The human-hands dataset's video features."""
+    if not opts.video:
+        return ()
+    return (EGO_VIDEO_KEY, EGO_OVERLAY_KEY) if opts.overlay_video else (EGO_VIDEO_KEY,)
+
+
+def source_decode_options(opts: ExportOptions) -> DecodeOptions:
+    """Decoder settings for the source frames: PyAV, which can skip deblocking (decord cannot)."""
+    return DecodeOptions(
+        backend="pyav",
+        max_long_side_px=max(opts.image_width, opts.image_height),
+        skip_deblocking_below=opts.skip_deblocking_below,
+    )
+
+
+def encode_options(opts: ExportOptions) -> EncodeOptions:
+    """Encoder settings for `udfs.media.encode`."""
+    threads = {"threads": str(opts.encoder_threads)} if opts.encoder_threads else {}
+    return EncodeOptions(
+        codec=_CODECS[opts.codec][0],
+        crf=opts.crf,
+        gop_size=opts.gop_size,
+        codec_options=threads,
+        rgb_converter="opencv",
+    )
+
+
+def _video_info(opts: ExportOptions, fps: int) -> dict[str, object]:
+    """LeRobot's `info` block of a video feature."""
+    return {
+        "video.height": opts.image_height,
+        "video.width": opts.image_width,
+        "video.codec": _CODECS[opts.codec][1],
+        "video.pix_fmt": "yuv420p",
+        "video.is_depth_map": False,
+        "video.fps": fps,
+        "video.channels": 3,
+        "has_audio": False,
+    }
+
+
 def robot_spec(opts: ExportOptions, robot: RobotLayout) -> FeatureSpec:
     """The features of one embodiment's dataset."""
     return robot_feature_spec(
@@ -219,7 +164,7 @@ def robot_spec(opts: ExportOptions, robot: RobotLayout) -> FeatureSpec:
         robot.joint_names,
         robot.identities,
         (opts.image_height, opts.image_width),
-        opts.video_keys[:1],  # the ego video: a robot dataset has no hand keypoints to draw
+        _video_keys(opts)[:1],  # the ego video: a robot dataset has no hand keypoints to draw
     )
 
 
@@ -229,18 +174,8 @@ def dataset_spec(opts: ExportOptions) -> FeatureSpec:
         HAND_IDENTITIES,
         (opts.image_height, opts.image_width),
         opts.tensors.include_keypoints,
-        opts.video_keys,
+        _video_keys(opts),
     )
-
-
-def _stack(column: pd.Series, width: int) -> np.ndarray:
-    """A list column (None = missing) as float64 `(N, width)`, NaN rows where missing."""
-    out = np.full((len(column), width), np.nan)
-    values = column.to_numpy()
-    ok = np.array([v is not None and len(v) == width for v in values], bool)
-    if ok.any():
-        out[ok] = np.stack(values[ok]).astype(np.float64)
-    return out
 
 
 @dataclass(frozen=True)
@@ -267,16 +202,16 @@ def _source_frames(frames: pd.DataFrame, hands: pd.DataFrame, use_filled: bool) 
     for slot, identity in enumerate(HAND_IDENTITIES):
         mine = (hands["identity"] == identity).to_numpy()
         rows = np.array([row_of.get(int(f), -1) for f in hands["frame_idx"][mine]], np.int64)
-        kp = _stack(hands["keypoints_world_m"][mine], 63).reshape(-1, 21, 3)
+        kp = list_column(hands["keypoints_world_m"][mine], 63).reshape(-1, 21, 3)
         keep = rows >= 0
         keypoints[rows[keep], slot] = kp[keep]
         filled[rows[keep], slot] = is_filled.to_numpy()[mine][keep]
-    q = _stack(frames["world_from_cam_q_wxyz"], 4)
+    q = list_column(frames["world_from_cam_q_wxyz"], 4)
     world_from_cam = np.full((len(frames), 4, 4), np.nan)
     posed = np.isfinite(q).all(axis=1)
     world_from_cam[posed] = np.eye(4)
     world_from_cam[posed, :3, :3] = matrix_from_quat_wxyz(q[posed])
-    world_from_cam[posed, :3, 3] = _stack(frames["world_from_cam_t_m"], 3)[posed]
+    world_from_cam[posed, :3, 3] = list_column(frames["world_from_cam_t_m"], 3)[posed]
     return _SourceFrames(frame_idx, frames["ts_s"].to_numpy(np.float64), keypoints, filled, world_from_cam)
 
 
@@ -384,8 +319,9 @@ def _write_videos(
         for key in keys:
             path = os.path.join(root, video_path(key, episode_index))
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            writers[key] = stack.enter_context(VideoWriter(path, fps, opts.encode))
-        for chunk in iter_frames(source, start, stop, opts.decode, chunk_frames=_DECODE_CHUNK):
+            writers[key] = stack.enter_context(VideoWriter(path, fps, encode_options(opts)))
+        decode = source_decode_options(opts)
+        for chunk in iter_frames(source, start, stop, decode, chunk_frames=_DECODE_CHUNK):
             wanted = np.isin(chunk.frame_idx, source_frames)
             if not wanted.any():
                 continue
@@ -416,7 +352,7 @@ def _write_videos(
         raise EgolakeError(
             f"{source}: decoded {k} of {len(source_frames)} frames for episode {episode_index}"
         )
-    return {key: (opts.video_info(fps), image_stats(np.stack(sampled[key]))) for key in keys}, faces
+    return {key: (_video_info(opts, fps), image_stats(np.stack(sampled[key]))) for key in keys}, faces
 
 
 def _stats_json(stats: dict[str, tuple[dict, np.ndarray]]) -> str:
@@ -547,11 +483,3 @@ def export_episode(
             }
         ]
     )
-
-
-def guarded_export_episode(
-    frames: pd.DataFrame, rows: pd.DataFrame, opts: ExportOptions, robot: RobotLayout | None = None
-) -> pd.DataFrame:
-    """`export_episode` for `cogroup(...).applyInPandas`; a failure becomes the episode's error row."""
-    unit = frames if not frames.empty else rows
-    return run_unit(lambda _: export_episode(frames, rows, opts, robot), unit, EPISODE_META.names)

@@ -17,7 +17,6 @@ import os
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Literal
 
 import numpy as np
 
@@ -28,38 +27,13 @@ from udfs.media.inputs import InputItem
 from udfs.media.reasons import check_reason
 from udfs.media.scan import Scan, scan_sequence, scan_video
 from udfs.media.sidecars import list_sequence_images, read_calibration, read_imu, read_task
+from udfs.options import ProbeOptions
 
-__all__ = ["ProbeOptions", "ProbeResult", "content_size", "probe", "probe_with_timeout"]
+__all__ = ["ProbeResult", "content_size", "probe", "probe_with_timeout"]
 
 logger = logging.getLogger(__name__)
 
 _HASH_BLOCK_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class ProbeOptions:
-    """Limits and decode-check settings of the probe."""
-
-    # Larger files are rejected `too_large` before anything is read.
-    max_size_bytes: int = 50 * 2**30
-    # Longer clips are rejected `too_long`, seconds.
-    max_duration_s: float = 4 * 3600.0
-    # Fewer decodable frames are rejected `too_short`.
-    min_frames: int = 2
-    # Narrower frames are rejected `too_small`, pixels.
-    min_width: int = 64
-    # Lower frames are rejected `too_small`, pixels.
-    min_height: int = 64
-    # `probe_with_timeout` kills the probe after this many seconds (`decode_timeout`).
-    timeout_s: float = 120.0
-    # full = decode every frame (finds damage anywhere); sampled = demux-count, decode samples only.
-    decode_check: Literal["full", "sampled"] = "full"
-    # Frames spread evenly over the clip whose pHashes are kept for near-duplicate detection.
-    sample_frames: int = 8
-    # (max - min - one tick) / median of frame durations above this = variable frame rate.
-    vfr_tolerance: float = 0.05
-    # Attach the IMU embedded in a video (GoPro GPMF track) when it has no `.imu.csv` sidecar.
-    embedded_imu: bool = True
 
 
 @dataclass

@@ -18,9 +18,10 @@ import av
 import numpy as np
 
 from pose_core.errors import InputError
-from udfs.media.decode import DecodeOptions, decode_frames, video_geometry
+from udfs.media.decode import decode_frames, video_geometry
 from udfs.media.phash import phash, sample_positions
 from udfs.media.sequence import read_image_rgb, sequence_timing
+from udfs.options import DecodeOptions
 
 __all__ = ["Scan", "scan_sequence", "scan_video", "sniff"]
 

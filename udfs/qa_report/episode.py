@@ -18,6 +18,7 @@ from pose_core.identities import WEARER_HANDS
 from pose_core.qa import EpisodeSignals
 from pose_core.training.tensors import nearest_source
 from udfs.camera_tables import world_from_cam_from_columns
+from udfs.columns import list_column
 
 __all__ = ["WEARER", "EpisodeView", "HandTrack", "arm_sticks", "episode_signals", "episode_view"]
 
@@ -112,7 +113,7 @@ def _values(column: pd.Series, fill: object, dtype: object) -> np.ndarray:
 def _hand_track(rows: pd.DataFrame, index: dict[int, int], n: int) -> HandTrack:
     at = np.array([index[int(f)] for f in rows["frame_idx"]], np.int64)
     kp = np.full((n, 21, 3), np.nan)
-    kp[at] = np.stack([np.asarray(v, np.float64) for v in rows["keypoints_world_m"]]).reshape(-1, 21, 3)
+    kp[at] = list_column(rows["keypoints_world_m"], 63).reshape(-1, 21, 3)
 
     def column(name: str, fill: object, dtype: object) -> np.ndarray:
         out = np.full(n, fill, dtype=dtype)

@@ -33,12 +33,13 @@ from schemas.tables import (
     VIDEOS,
 )
 from udfs.camera_tables import camera_from_row
-from udfs.media.decode import DecodeOptions, iter_frames
+from udfs.columns import list_column
+from udfs.media.decode import iter_frames
 from udfs.media.encode import VideoWriter
 from udfs.media.overlay import draw_hands, draw_status, project_world_points
 from udfs.multi_output import split_tables
+from udfs.options import DecodeOptions, QAOptions
 from udfs.qa_report.episode import WEARER, EpisodeView, arm_sticks, episode_signals, episode_view
-from udfs.qa_report.options import QAOptions
 from udfs.qa_report.page import PageMedia, episode_page
 
 __all__ = ["PAGE_NAME", "QA_INPUTS", "ROBOT_INPUT", "qa_row", "qa_unit"]
@@ -177,7 +178,7 @@ def _render(
     with open(os.path.join(folder, "thumb.jpg"), "wb") as fh:
         fh.write(jpegs[len(jpegs) // 2])
     points = t[BA_POINTS.name]["x_in_world_m"].dropna()
-    pts = np.stack([np.asarray(p, np.float64) for p in points]) if len(points) else np.zeros((0, 3))
+    pts = list_column(points, 3)
     pts = pts * view.metres_per_unit
     if len(pts) > opts.max_scene_points:
         pts = pts[np.linspace(0, len(pts) - 1, opts.max_scene_points).round().astype(int)]
