@@ -3,13 +3,22 @@
 Every stage write goes through `write`: it stamps the lineage columns and overwrites, atomically,
 exactly the rows of the partition-key values it was given (`replaceWhere`), so re-running a stage
 for an episode replaces its rows and never duplicates them.
+
+Two runs may write one OUTPUT at once. Delta commits optimistically: when another run committed to the
+same table first (created it, appended, replaced other keys), the commit fails with one of Delta's
+concurrent-modification errors and changes nothing. Both writes here are safe to repeat (a replace of
+given keys, an append of rows not yet committed), so `write` and `append` retry them with jittered
+exponential backoff (`CONFLICT_RETRIES`); the retry sees the table as it now is (it exists, so a first
+write becomes a replace of its keys).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+import random
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
@@ -17,9 +26,23 @@ from pyspark.sql import functions as F
 
 from schemas import TABLES, TableSchema
 
-__all__ = ["Layout", "Lineage", "append", "exists", "read", "register_all", "sql_literal", "write"]
+__all__ = [
+    "CONFLICT_RETRIES",
+    "Layout",
+    "Lineage",
+    "append",
+    "exists",
+    "read",
+    "register_all",
+    "sql_literal",
+    "write",
+]
 
 logger = logging.getLogger(__name__)
+
+#: Attempts after a commit conflict with a concurrent run; backoff starts at `_BACKOFF_S`, doubles, +-50 %.
+CONFLICT_RETRIES = 8
+_BACKOFF_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -96,12 +119,16 @@ def write(
     target = schema.spark_full
     df = df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
     predicate = f"{schema.partition_key} IN ({', '.join(sql_literal(k) for k in keys)})"
-    writer = df.write.format("delta")
-    if exists(layout, schema):
-        writer = writer.mode("overwrite").option("replaceWhere", predicate)
-    else:
-        writer = writer.mode("append")
-    writer.save(layout.table(schema.name))
+
+    def commit() -> None:
+        writer = df.write.format("delta")
+        if exists(layout, schema):  # asked again on a retry: a concurrent run may have created it
+            writer = writer.mode("overwrite").option("replaceWhere", predicate)
+        else:
+            writer = writer.mode("append")
+        writer.save(layout.table(schema.name))
+
+    _retry_conflicts(commit, schema.name)
     logger.info("wrote table=%s keys=%d", schema.name, len(keys))
 
 
@@ -109,7 +136,39 @@ def append(df: DataFrame, layout: Layout, schema: TableSchema) -> None:
     """Append rows (the `runs` log)."""
     target = schema.spark_full
     df = df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
-    df.write.format("delta").mode("append").save(layout.table(schema.name))
+    path = layout.table(schema.name)
+    _retry_conflicts(lambda: df.write.format("delta").mode("append").save(path), schema.name)
+
+
+def _retry_conflicts(commit: Callable[[], None], table: str) -> None:
+    """Run `commit`, again after a Delta commit conflict with a concurrent writer (see the module doc)."""
+    from delta.exceptions import (  # noqa: PLC0415 -- importing it teaches pyspark Delta's error classes
+        ConcurrentAppendException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentDeleteReadException,
+        ConcurrentTransactionException,
+        ConcurrentWriteException,
+        DeltaConcurrentModificationException,
+        MetadataChangedException,
+        ProtocolChangedException,
+    )
+
+    conflicts = (
+        ConcurrentAppendException, ConcurrentDeleteDeleteException, ConcurrentDeleteReadException,
+        ConcurrentTransactionException, ConcurrentWriteException, DeltaConcurrentModificationException,
+        MetadataChangedException, ProtocolChangedException,
+    )  # fmt: skip
+    for attempt in range(CONFLICT_RETRIES + 1):
+        try:
+            commit()
+            return
+        except conflicts as exc:
+            if attempt == CONFLICT_RETRIES:
+                raise
+            wait = _BACKOFF_S * 2**attempt * random.uniform(0.5, 1.5)  # noqa: S311 -- jitter, not security
+            logger.warning("commit conflict table=%s attempt=%d wait_s=%.1f error=%s",
+                           table, attempt + 1, wait, type(exc).__name__)
+            time.sleep(wait)
 
 
 def register_all(spark: SparkSession, layout: Layout) -> list[str]:
