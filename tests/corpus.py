@@ -41,7 +41,7 @@ def textured_frames(seed: int, n: int, width: int = _W, height: int = _H) -> np.
     return np.stack([big[2 * i : 2 * i + height, 3 * i : 3 * i + width] for i in range(n)])
 
 
-def _encode(
+def encode_clip(
     path: Path,
     frames: np.ndarray,
     codec: str = "libx264",
@@ -139,7 +139,7 @@ def _valid_clips(root: Path, out: dict[str, str]) -> None:
     valid = root / "valid"
     a = valid / "clip_a.mp4"
     clip_a = textured_frames(1, 20)
-    _encode(a, clip_a)
+    encode_clip(a, clip_a)
     _write(valid / "clip_a.calib.yaml", _calib_yaml(_W, _H, "baseline_m: 0.06\n"))
     _write(valid / "clip_a.task.txt", "pick up the red cup\n")
     imu = "".join(f"{i * 0.005:.3f},0.1,9.81,0.0,0.01,0.0,-0.02\n" for i in range(140))
@@ -153,31 +153,31 @@ def _valid_clips(root: Path, out: dict[str, str]) -> None:
         (15, "UPPER_CASE.MP4", "libx264"),
         (9, "ünïcødé 映像.mp4", "libx264"),
     ]:
-        _encode(valid / name, textured_frames(seed, 20), codec)
+        encode_clip(valid / name, textured_frames(seed, 20), codec)
         out[str(valid / name)] = "episode"
     av1 = next((c for c in AV1_ENCODERS if c in av.codecs_available), None)
     if av1 is not None:
         os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner to stderr unless told errors only
-        _encode(valid / "clip_av1.mp4", textured_frames(6, 20), av1)
+        encode_clip(valid / "clip_av1.mp4", textured_frames(6, 20), av1)
         out[str(valid / "clip_av1.mp4")] = "episode"
-    _encode(valid / "vfr.mp4", textured_frames(7, 24), durations_ms=VFR_DURATIONS_MS)
-    _encode(valid / "rotated.mp4", textured_frames(8, 20), rotation_deg=90)
-    _encode(valid / "with_audio.mp4", textured_frames(10, 20), audio=True)
+    encode_clip(valid / "vfr.mp4", textured_frames(7, 24), durations_ms=VFR_DURATIONS_MS)
+    encode_clip(valid / "rotated.mp4", textured_frames(8, 20), rotation_deg=90)
+    encode_clip(valid / "with_audio.mp4", textured_frames(10, 20), audio=True)
     out.update({str(valid / n): "episode" for n in ("vfr.mp4", "rotated.mp4", "with_audio.mp4")})
     # Duplicates sort after their original, so the original is the one kept.
     shutil.copyfile(a, valid / "clip_a_copy.mp4")
     out[str(valid / "clip_a_copy.mp4")] = "duplicate_exact"
     small = np.stack([cv2.resize(f, (128, 96), interpolation=cv2.INTER_AREA) for f in clip_a])
-    _encode(valid / "clip_a_reencoded.mp4", small, options={"crf": "38"})
+    encode_clip(valid / "clip_a_reencoded.mp4", small, options={"crf": "38"})
     out[str(valid / "clip_a_reencoded.mp4")] = "duplicate_near"
 
 
 def _stereo_and_sequences(root: Path, out: dict[str, str]) -> None:
     stereo = root / "stereo"
-    _encode(stereo / "pair.mp4", textured_frames(11, 20))
-    _encode(stereo / "pair.right.mp4", textured_frames(12, 20))
-    _encode(stereo / "bad_pair.mp4", textured_frames(16, 20))
-    _encode(stereo / "bad_pair.right.mp4", textured_frames(17, 12))
+    encode_clip(stereo / "pair.mp4", textured_frames(11, 20))
+    encode_clip(stereo / "pair.right.mp4", textured_frames(12, 20))
+    encode_clip(stereo / "bad_pair.mp4", textured_frames(16, 20))
+    encode_clip(stereo / "bad_pair.right.mp4", textured_frames(17, 12))
     out[str(stereo / "pair.mp4")] = "episode"
     out[str(stereo / "bad_pair.mp4")] = "stereo_mismatch"
     seqs = root / "sequences"
@@ -195,7 +195,7 @@ def _stereo_and_sequences(root: Path, out: dict[str, str]) -> None:
 def _bad_inputs(root: Path, out: dict[str, str]) -> None:
     bad = root / "bad"
     long_clip = bad / "long_source.mkv"
-    _encode(long_clip, textured_frames(20, 60), options={"g": "10"})
+    encode_clip(long_clip, textured_frames(20, 60), options={"g": "10"})
     out[str(long_clip)] = "episode"
     _corrupt_middle(long_clip, bad / "corrupt_middle.mkv")
     whole = (root / "valid" / "clip_a.mp4").read_bytes()
@@ -205,9 +205,9 @@ def _bad_inputs(root: Path, out: dict[str, str]) -> None:
     _, png = cv2.imencode(".png", textured_frames(21, 1)[0])
     _write(bad / "image_renamed.mp4", png.tobytes())
     _audio_only(bad / "audio_only.mp4")
-    _encode(bad / "one_frame.mp4", textured_frames(22, 1))
-    _encode(bad / "tiny.mp4", textured_frames(23, 20, 16, 16))
-    _encode(bad / "bad_calib.mp4", textured_frames(24, 20))
+    encode_clip(bad / "one_frame.mp4", textured_frames(22, 1))
+    encode_clip(bad / "tiny.mp4", textured_frames(23, 20, 16, 16))
+    encode_clip(bad / "bad_calib.mp4", textured_frames(24, 20))
     _write(bad / "bad_calib.calib.yaml", _calib_yaml(_W, _H).replace("fx: 140.0\n", ""))
     _write(bad / "folder.mp4" / "inside.txt", "a folder named like a video")
     _write(bad / "readme.docx", "not an input")
