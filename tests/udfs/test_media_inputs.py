@@ -80,3 +80,31 @@ class TestListInputs:
 
     def test_missing_spec(self, tmp_path: Path) -> None:
         assert list_inputs(str(tmp_path / "nothing_here")) == ([], [])
+
+
+class TestHostileInputs:
+    """Inputs built to hurt: links out of the input folder, odd names (issue 23)."""
+
+    def test_links_out_of_the_folder_are_refused_unread(self, tmp_path: Path) -> None:
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        (outside / "secret.txt").write_text("not yours\n")
+        (outside / "other.mp4").write_bytes(b"\0" * 16)
+        inside = tmp_path / "in"
+        inside.mkdir()
+        (inside / "linked.mp4").symlink_to(outside / "other.mp4")
+        (inside / "clip.mp4").write_bytes(b"\0" * 16)
+        (inside / "clip.task.txt").symlink_to(outside / "secret.txt")
+        (inside / "fine.mp4").write_bytes(b"\0" * 16)
+        (inside / "alias.mp4").symlink_to(inside / "fine.mp4")  # a link that stays inside is fine
+        items, rejected = list_inputs(str(inside))
+        assert sorted(Path(i.path).name for i in items) == ["alias.mp4", "fine.mp4"]
+        unsafe = {Path(r.path).name: r.message for r in rejected if r.reason_code == "unsafe_path"}
+        assert sorted(unsafe) == ["clip.mp4", "linked.mp4"]
+        assert "clip.task.txt" in unsafe["clip.mp4"] and "outside the input folder" in unsafe["clip.mp4"]
+
+    def test_names_with_newlines_quotes_and_shell_characters_pass_through(self, tmp_path: Path) -> None:
+        name = "a\nb 'c\" $(rm -rf x); `d`.mp4"
+        (tmp_path / name).write_bytes(b"\0" * 16)
+        items, rejected = list_inputs(str(tmp_path))
+        assert [i.path for i in items] == [str(tmp_path / name)] and not rejected

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -136,3 +137,22 @@ class TestReadTask:
             read_task(_write(tmp_path, "t.task.txt", data))
         assert info.value.reason_code == "bad_sidecar"
         assert needle in info.value.message
+
+
+class TestHostileSidecars:
+    """Sidecars built to hurt are refused with a clear reason, without blocking or filling memory."""
+
+    def test_yaml_aliases_are_refused(self, tmp_path: Path) -> None:
+        bomb = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nfx: *b\n"
+        with pytest.raises(InputError, match="anchors/aliases"):
+            read_calibration(_write(tmp_path, "c.calib.yaml", bomb))
+
+    def test_a_fifo_is_refused_without_blocking(self, tmp_path: Path) -> None:
+        path = tmp_path / "c.task.txt"
+        os.mkfifo(path)  # no writer: opening it for reading would wait forever
+        with pytest.raises(InputError, match="not a regular file"):
+            read_task(str(path))
+
+    def test_oversized_text_sidecar_is_refused(self, tmp_path: Path) -> None:
+        with pytest.raises(InputError, match="more than the"):
+            read_task(_write(tmp_path, "c.task.txt", "x" * (2 << 20)))

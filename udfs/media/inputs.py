@@ -195,6 +195,20 @@ def _list_files(paths: list[str], extensions: tuple[str, ...], out: _Listing) ->
         _reject_unclaimed(folder, candidates, claimed, out)
 
 
+def _outside(item: InputItem, root: str) -> str | None:
+    """Why `item` reaches outside its input folder `root` through a symbolic link, or None.
+
+    A link that resolves outside the folder the user named could read any file the job can (a task
+    text from /etc, a video from another tenant's bucket mount); such inputs are refused.
+    """
+    real_root = os.path.realpath(root)
+    for path in (item.path, *(p for p in vars(item.sidecars).values() if p is not None)):
+        real = os.path.realpath(path)
+        if os.path.commonpath([real, real_root]) != real_root:
+            return f"'{path}' resolves to '{real}', outside the input folder '{root}'; it was not read"
+    return None
+
+
 def list_inputs(
     spec: str, video_extensions: tuple[str, ...] = DEFAULT_VIDEO_EXTENSIONS
 ) -> tuple[list[InputItem], list[Rejected]]:
@@ -216,6 +230,7 @@ def list_inputs(
         logger.warning("input spec %s does not exist", spec)
         matches = []
     files: list[str] = []
+    roots: list[str] = []  # per item of `out.items`, the input folder it was found in
     for match in (os.path.abspath(m) for m in matches):
         name = os.path.basename(match)
         if os.path.isdir(match) and _split_video_name(name, extensions):
@@ -223,10 +238,19 @@ def list_inputs(
             out.rejected.append(Rejected(match, "is_directory", msg))
         elif os.path.isdir(match):
             _walk(match, extensions, out)
+            roots += [match] * (len(out.items) - len(roots))
         else:
             files.append(match)
     _list_files(files, extensions, out)
-    items = sorted({i.path: i for i in out.items}.values(), key=lambda i: i.path)
+    roots += [os.path.dirname(item.path) for item in out.items[len(roots):]]
+    safe = []
+    for item, root in zip(out.items, roots, strict=True):
+        escape = _outside(item, root)
+        if escape is None:
+            safe.append(item)
+        else:
+            out.rejected.append(Rejected(item.path, "unsafe_path", escape))
+    items = sorted({i.path: i for i in safe}.values(), key=lambda i: i.path)
     rejected = sorted({r.path: r for r in out.rejected}.values(), key=lambda r: r.path)
     logger.info("listed %s: %d inputs, %d rejected", spec, len(items), len(rejected))
     return items, rejected

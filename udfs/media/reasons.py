@@ -30,6 +30,7 @@ REASONS: dict[str, str] = {
     "unrecognized_file": "neither a video, an image sequence nor a sidecar of one",
     "bad_sidecar": "a sidecar (calibration, IMU, task, timestamps) is malformed",
     "stereo_mismatch": "the right stereo stream differs from the left in frame count or size",
+    "unsafe_path": "the input or a sidecar is a symbolic link that resolves outside the input folder",
 }
 
 

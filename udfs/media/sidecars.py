@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import stat
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -68,6 +69,12 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: Largest calibration or task sidecar read (a few hundred bytes in practice; a cap keeps a hostile file from
+#: filling memory).
+_MAX_TEXT_SIDECAR_BYTES = 1 << 20
+#: Largest IMU or timestamps sidecar read: 10 hours of a 200 Hz IMU as CSV is ~450 MB.
+_MAX_TABLE_SIDECAR_BYTES = 512 << 20
 
 CALIB_SUFFIX = ".calib.yaml"
 IMU_SUFFIX = ".imu.csv"
@@ -225,10 +232,13 @@ def read_calibration(path: str) -> Calibration:
     Raises:
         InputError: `bad_sidecar`, listing every problem found (missing, unknown or invalid keys).
     """
+    raw = _read_bytes(path, "calibration", _MAX_TEXT_SIDECAR_BYTES)
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        text = raw.decode("utf-8")
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
+            raise _bad(path, "calibration uses YAML anchors/aliases (&name, *name): not allowed in a sidecar")
+        doc = yaml.safe_load(text)
+    except (UnicodeDecodeError, yaml.YAMLError) as err:
         raise _bad(path, f"calibration cannot be read as YAML: {err}") from err
     if not isinstance(doc, dict):
         raise _bad(path, f"calibration must be a YAML mapping, got {type(doc).__name__}")
@@ -254,11 +264,7 @@ def read_task(path: str) -> str:
     Raises:
         InputError: `bad_sidecar` when the file is not UTF-8 or holds only whitespace.
     """
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as err:
-        raise _bad(path, f"task text cannot be read: {err}") from err
+    raw = _read_bytes(path, "task text", _MAX_TEXT_SIDECAR_BYTES)
     try:
         text = raw.decode("utf-8").strip()
     except UnicodeDecodeError as err:
@@ -270,11 +276,28 @@ def read_task(path: str) -> str:
     return text
 
 
-def _read_lines(path: str, what: str) -> list[str]:
+def _read_bytes(path: str, what: str, max_bytes: int) -> bytes:
+    """A sidecar's bytes; refused unread when not a regular file or larger than `max_bytes`.
+
+    A FIFO would block the reader, a device never end.
+    """
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as err:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise _bad(path, f"{what} is not a regular file (a FIFO, device or folder); it was not read")
+        if info.st_size > max_bytes:
+            raise _bad(path, f"{what} has {info.st_size} bytes, more than the {max_bytes} a {what} may have")
+        with open(path, "rb") as f:
+            return f.read(max_bytes + 1)
+    except OSError as err:
+        raise _bad(path, f"{what} cannot be read: {err}") from err
+
+
+def _read_lines(path: str, what: str) -> list[str]:
+    raw = _read_bytes(path, what, _MAX_TABLE_SIDECAR_BYTES)
+    try:
+        return raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as err:
         raise _bad(path, f"{what} cannot be read as UTF-8 text: {err}") from err
 
 
