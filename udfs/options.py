@@ -55,6 +55,9 @@ class ProbeOptions:
     min_width: int = 64
     # Lower frames are rejected `too_small`, pixels.
     min_height: int = 64
+    # Videos with more pixels per frame are rejected `frames_too_large` before any frame is decoded
+    # (a 16384x16384 stream would need 0.8 GB per decoded frame); 8K UHD is 33 Mpx.
+    max_pixels: int = 8192 * 8192
     # `probe_with_timeout` kills the probe after this many seconds (`decode_timeout`).
     timeout_s: float = 120.0
     # full = decode every frame (finds damage anywhere); sampled = demux-count, decode samples only.

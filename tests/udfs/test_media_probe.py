@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import udfs.media.probe as probe_module
+import udfs.media.scan as scan_module
 from tests.corpus import make_corpus
 from udfs.media.dedup import DedupOptions, find_duplicates
 from udfs.media.inputs import InputItem, list_inputs
@@ -146,6 +147,18 @@ class TestLimits:
         result = probe(clip, ProbeOptions(max_size_bytes=100))
         assert result.reason_code == "too_large" and "limit 100" in result.message
         assert probe(clip, ProbeOptions(min_frames=21)).reason_code == "too_short"
+
+    def test_frames_too_large_are_refused_before_decoding(
+        self, corpus: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        root, _ = corpus
+
+        def no_decoding(*_args: object) -> None:
+            raise AssertionError("a frame was decoded")
+
+        monkeypatch.setattr(scan_module, "_scan_full", no_decoding)
+        result = probe(_item(root / "valid" / "clip_b.mkv"), ProbeOptions(max_pixels=100))
+        assert result.reason_code == "frames_too_large" and "max_pixels" in result.message
 
     def test_calibration_size_must_match(self, tmp_path: Path, corpus: tuple[Path, dict[str, str]]) -> None:
         root, _ = corpus

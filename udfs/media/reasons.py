@@ -21,6 +21,7 @@ REASONS: dict[str, str] = {
     "too_small": "frame width or height below ProbeOptions.min_width / min_height",
     "too_large": "file size above ProbeOptions.max_size_bytes",
     "too_long": "duration above ProbeOptions.max_duration_s",
+    "frames_too_large": "frame width x height above ProbeOptions.max_pixels (checked before decoding)",
     "decode_error": "the decoder cannot decode the stream at all, or crashed",
     "corrupt_frames": "some frames fail to decode or are flagged corrupt (damaged middle, bad image)",
     "decode_timeout": "probing took longer than ProbeOptions.timeout_s and was killed",

@@ -174,7 +174,9 @@ def _scan_full(
     return pts, hashes
 
 
-def scan_video(path: str, mode: Literal["full", "sampled"], sample_frames: int) -> Scan:
+def scan_video(
+    path: str, mode: Literal["full", "sampled"], sample_frames: int, max_pixels: int | None = None
+) -> Scan:
     """Decode-check a video file with PyAV.
 
     Args:
@@ -182,20 +184,28 @@ def scan_video(path: str, mode: Literal["full", "sampled"], sample_frames: int) 
         mode: `full` decodes every frame; `sampled` counts frames by demuxing and decodes
             `sample_frames` evenly spread frames.
         sample_frames: number of frames hashed (and, in `sampled` mode, decoded).
+        max_pixels: refuse frames larger than this (width x height, from the stream header) before
+            decoding any; None: no limit.
 
     Returns:
         The scan; damage is reported in `bad_frames`, not raised.
 
     Raises:
-        InputError: `not_a_video`, `unreadable` or `no_video_stream` when there is nothing to scan.
+        InputError: `not_a_video`, `unreadable` or `no_video_stream` when there is nothing to scan;
+            `frames_too_large` above `max_pixels`.
     """
     container, stream = _open_video(path)
     with container:
+        width, height = stream.codec_context.width, stream.codec_context.height
+        if max_pixels is not None and width * height > max_pixels:
+            message = (f"frames are {width}x{height} = {width * height / 1e6:.0f} Mpx, limit "
+                       f"{max_pixels / 1e6:.0f} Mpx (ingest.probe.max_pixels); nothing was decoded")
+            raise InputError("frames_too_large", message, path)
         scan = Scan(
             container=container.format.name,
             codec=stream.codec_context.name,
-            width=stream.codec_context.width,
-            height=stream.codec_context.height,
+            width=width,
+            height=height,
             has_audio=bool(container.streams.audio),
             tick_s=float(stream.time_base or 0.0),
         )
