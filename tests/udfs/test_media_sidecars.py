@@ -156,3 +156,11 @@ class TestHostileSidecars:
     def test_oversized_text_sidecar_is_refused(self, tmp_path: Path) -> None:
         with pytest.raises(InputError, match="more than the"):
             read_task(_write(tmp_path, "c.task.txt", "x" * (2 << 20)))
+
+
+def test_no_distortion_needs_no_empty_list(tmp_path: Path) -> None:
+    text = "fx: 500\nfy: 500\ncx: 320\ncy: 240\nwidth: 640\nheight: 480\ndistortion_model: none\n"
+    calib = read_calibration(_write(tmp_path, "c.calib.yaml", text))
+    assert (calib.distortion_model, calib.distortion) == ("none", ())
+    with pytest.raises(InputError, match="missing key 'distortion'"):
+        read_calibration(_write(tmp_path, "d.calib.yaml", text.replace("none", "radtan")))

@@ -242,6 +242,8 @@ def read_calibration(path: str) -> Calibration:
         raise _bad(path, f"calibration cannot be read as YAML: {err}") from err
     if not isinstance(doc, dict):
         raise _bad(path, f"calibration must be a YAML mapping, got {type(doc).__name__}")
+    if doc.get("distortion_model") == "none":
+        doc = {"distortion": [], **doc}  # no coefficients to give: the list is implied
     problems = [f"missing key '{k}'" for k in _REQUIRED_KEYS if k not in doc]
     problems += [
         f"unknown key '{k}'" for k in sorted(map(str, doc)) if k not in _REQUIRED_KEYS + _OPTIONAL_KEYS
