@@ -1,4 +1,4 @@
-"""The `egolake` command: run, status, sql, demo, sample, datasets.
+"""The `egolake` command: run, status, sql, demo, sample, datasets, serve.
 
 Exit codes: 0 all done, 3 finished but some episode-stages failed (see `egolake status`),
 2 bad usage or configuration.
@@ -64,6 +64,13 @@ def _parser() -> argparse.ArgumentParser:
     ds.add_argument("output")
     ds.add_argument("name", nargs="?", default="hands", help="dataset name (export.name; default hands)")
     ds.add_argument("--to", help="version for show/rollback (default: latest / the one before latest)")
+
+    serve = sub.add_parser("serve", help="read-only HTTP service: status, datasets, QA pages, health")
+    serve.add_argument("output")
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="default 8765")
+    serve.add_argument("--no-auth", action="store_true", help="no token needed (loopback host only)")
+    _add_config_args(serve)
     return parser
 
 
@@ -99,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     from jobs.spark import build_spark
 
-    handlers = {"run": _run, "status": _status, "sql": _sql, "demo": _demo}
+    handlers = {"run": _run, "status": _status, "sql": _sql, "demo": _demo, "serve": _serve}
     try:
         return handlers[args.command](args, cfg, build_spark)
     except ValueError as exc:
@@ -171,6 +178,14 @@ def _sql(args, cfg, build_spark) -> int:  # noqa: ANN001
     text = {"table": lambda: pdf.to_string(index=False), "csv": lambda: pdf.to_csv(index=False),
             "json": lambda: pdf.to_json(orient="records", lines=True)}[args.format]()  # fmt: skip
     sys.stdout.write(text.rstrip("\n") + "\n")
+    return EXIT_OK
+
+
+def _serve(args, cfg, build_spark) -> int:  # noqa: ANN001
+    from jobs.serve import serve, token_for
+
+    token = token_for(args.host, args.no_auth)  # refuses before anything starts
+    serve(args.output, args.host, args.port, token, cfg.spark)
     return EXIT_OK
 
 

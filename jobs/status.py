@@ -11,7 +11,7 @@ from jobs.stage import latest_runs
 from jobs.tables import Layout, exists, read
 from schemas.tables import QUARANTINE, VIDEOS
 
-__all__ = ["OutputStatus", "StageStatus", "episode_matrix", "format_status", "stage_status"]
+__all__ = ["OutputStatus", "StageStatus", "episode_matrix", "episode_table", "format_status", "stage_status"]
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,12 @@ def format_status(statuses: list[StageStatus], quarantined: int) -> str:
     return "\n".join(lines)
 
 
+def episode_table(latest: pd.DataFrame, episodes: list[str], stages: list[str]) -> pd.DataFrame:
+    """Episodes x stages: each episode's latest status per stage (`pending` where it never ran)."""
+    status = latest.pivot_table(index="episode_id", columns="stage", values="status", aggfunc="first")
+    return status.reindex(index=sorted(episodes), columns=stages).fillna("pending")
+
+
 def episode_matrix(latest: pd.DataFrame, episodes: list[str], stages: list[str]) -> str:
     """One line per episode: its latest status in each stage (`pending` where it never ran)."""
-    status = latest.pivot_table(index="episode_id", columns="stage", values="status", aggfunc="first")
-    status = status.reindex(index=sorted(episodes), columns=stages).fillna("pending")
-    return status.to_string()
+    return episode_table(latest, episodes, stages).to_string()

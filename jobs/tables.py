@@ -31,6 +31,7 @@ __all__ = [
     "Layout",
     "Lineage",
     "append",
+    "delta_version",
     "exists",
     "read",
     "register_all",
@@ -78,6 +79,19 @@ class Lineage:
 def exists(layout: Layout, schema: TableSchema) -> bool:
     """Whether the table has been written at least once."""
     return os.path.isdir(os.path.join(layout.table(schema.name), "_delta_log"))
+
+
+def delta_version(layout: Layout, schema: TableSchema) -> int | None:
+    """The table's newest committed Delta version from a listing of its log (no Spark), None if unwritten.
+
+    Every commit adds `_delta_log/<20-digit version>.json`, so the largest such name changes exactly
+    when the table does: a cache key for answers computed from the table (`jobs/serve.py`).
+    """
+    log = os.path.join(layout.table(schema.name), "_delta_log")
+    if not os.path.isdir(log):
+        return None
+    commits = [int(f[:-5]) for f in os.listdir(log) if f.endswith(".json") and f[:-5].isdigit()]
+    return max(commits, default=None)
 
 
 def read(spark: SparkSession, layout: Layout, schema: TableSchema) -> DataFrame:
