@@ -39,18 +39,27 @@ def _grey(png: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(png)).convert("L"), np.float64)
 
 
-def check_pages(episode_page: str, index_page: str | None, move_to: int) -> PageCheck:
-    """Load the episode page, screenshot each view, move the frame cursor to `move_to`, screenshot again."""
+def _url(page: str) -> str:
+    return page if "://" in page else f"file://{page}"
+
+
+def check_pages(
+    episode_page: str, index_page: str | None, move_to: int, headers: dict[str, str] | None = None
+) -> PageCheck:
+    """Load the episode page, screenshot each view, move the frame cursor to `move_to`, screenshot again.
+
+    Pages are file paths or URLs (`egolake serve`); `headers` go with every request (a bearer token).
+    """
     from playwright.sync_api import sync_playwright
 
     result = PageCheck()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium(), args=_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1300})
+            page = browser.new_page(viewport={"width": 1400, "height": 1300}, extra_http_headers=headers)
             page.on("console", lambda m: result.errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: result.errors.append(str(e)))
-            page.goto(f"file://{episode_page}")
+            page.goto(_url(episode_page))
             page.wait_for_function("document.body.dataset.frame === '0'", timeout=120_000)
             result.before = {v: _grey(page.locator(v).screenshot()) for v in VIEWS}
             page.locator("#slider").focus()
@@ -60,7 +69,7 @@ def check_pages(episode_page: str, index_page: str | None, move_to: int) -> Page
             page.wait_for_timeout(300)
             result.after = {v: _grey(page.locator(v).screenshot()) for v in VIEWS}
             if index_page is not None:
-                page.goto(f"file://{index_page}")
+                page.goto(_url(index_page))
                 result.index_rows = page.locator("#episodes tr").count() - 1
         finally:
             browser.close()

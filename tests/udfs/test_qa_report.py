@@ -16,10 +16,8 @@ from tests.udfs.qa_tables import (
     inject_scale_jump,
     inject_tracking_loss,
     synth_tables,
+    write_qa_pages,
 )
-from udfs.multi_output import stack_tables
-from udfs.options import QAOptions
-from udfs.qa_report import QA_INPUTS, index_page, qa_unit
 from udfs.qa_report.episode import episode_signals, episode_view
 
 FRAMES = 60
@@ -90,16 +88,8 @@ def test_all_three_faults_at_once_give_three_reasons(clean):
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     """A faulty episode (scale jump) with its video, through `qa_unit`, plus the batch index."""
-    folder = str(tmp_path_factory.mktemp("qa_video"))
-    tables, _ = synth_tables(folder, 45)
-    inject_scale_jump(tables, 25, 3.0)
     out = str(tmp_path_factory.mktemp("qa_pages"))
-    row = qa_unit(stack_tables([(s, tables[s.name]) for s in QA_INPUTS]), QAOptions(), out)
-    episodes = row.assign(source_path=tables["videos"]["source_path"].iat[0], unchecked=None)
-    quarantine = tables["videos"].iloc[:0].reindex(columns=["source_path", "reason_code", "message"])
-    with open(os.path.join(out, "index.html"), "w", encoding="utf-8") as fh:
-        fh.write(index_page(episodes, quarantine))
-    return out, row
+    return out, write_qa_pages(out, str(tmp_path_factory.mktemp("qa_video")))
 
 
 def test_qa_unit_writes_the_row_and_the_evidence_files(written):
