@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 import pandas as pd
 from fastapi import FastAPI, HTTPException
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from starlette.datastructures import Headers
@@ -207,6 +207,10 @@ def create_app(
         }
         ok = all(c["ok"] for c in checks.values())
         return JSONResponse({"ok": ok, **checks, "gpu": health.gpu_info()}, status_code=200 if ok else 503)
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def get_favicon() -> Response:  # browsers ask for it on every page; no icon, and no 404 logged
+        return Response(status_code=204)
 
     _add_status_routes(app, tables, output, list(stages))
     _add_dataset_routes(app, layout.datasets)
