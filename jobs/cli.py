@@ -10,8 +10,9 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
-__all__ = ["DEMO_FRAMES", "main", "run_demo"]
+__all__ = ["DEMO_EMBODIMENTS", "DEMO_FRAMES", "main", "run_demo"]
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +20,8 @@ EXIT_OK, EXIT_USAGE, EXIT_FAILURES = 0, 2, 3
 #: Frames of the demo's generated clip (30 fps): 5 s, long enough for the IMU to give a metric scale
 #: (3 s was refused: scale relative standard error 80 %).
 DEMO_FRAMES = 150
+#: Robots the demo retargets to when the user names none (their models come with set-up: no variable needed).
+DEMO_EMBODIMENTS = ("so100", "panda")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -191,6 +194,8 @@ def run_demo(spark, cfg, output: str, frames: int = DEMO_FRAMES):  # noqa: ANN00
 
 
 def _demo(args, cfg, build_spark) -> int:  # noqa: ANN001
+    if not cfg.embodiments:
+        cfg = replace(cfg, embodiments=DEMO_EMBODIMENTS)
     summary = run_demo(build_spark(cfg.spark), cfg, args.output, args.frames)
     _print_summary(summary, args.output)
     sys.stdout.write(f"tables in {args.output}/tables; try: egolake sql {args.output} 'SELECT * FROM runs'\n")
