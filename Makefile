@@ -74,8 +74,10 @@ bench: setup
 	$(PY) -m bench.retarget_pipeline --work $${TMPDIR:-/tmp}/egolake_bench_retarget --out bench/results
 	$(PY) -m bench.hand_scale --out bench/results
 
+## lint: ruff over everything, mypy over pose_core/ and schemas/ (settings in pyproject.toml).
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(DEMO_OUT) .pytest_cache spark-warehouse
