@@ -13,11 +13,16 @@ export EGOLAKE_HOME
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup chromium models demo test test-fast bench lint clean conf
+.PHONY: setup chromium ffmpeg-libs models demo test test-fast bench lint clean conf
 
 ## setup: Python packages into .venv, Delta's jars from Maven Central into $(JARS),
 ## the hand models (from a PyPI wheel, hash-checked) into $(EGOLAKE_HOME)/models.
-setup: $(VENV)/.installed $(JARS)/.done models $(LEROBOT_VENV)/.installed chromium
+setup: $(VENV)/.installed $(JARS)/.done models $(LEROBOT_VENV)/.installed chromium ffmpeg-libs
+
+## ffmpeg-libs: Debian's FFmpeg shared libraries, which torchcodec (lerobot's default video backend) loads.
+ffmpeg-libs:
+	ldconfig -p | grep -q libavdevice.so.59 || (apt-get update -q && apt-get install -y -q \
+	    libavcodec59 libavformat59 libavutil57 libswscale6 libswresample4 libavdevice59 libavfilter8)
 
 ## chromium: Debian's chromium for the QA page tests (playwright drives it; it never downloads a browser).
 chromium:
@@ -69,8 +74,10 @@ bench: setup
 	$(PY) -m bench.retarget_pipeline --work $${TMPDIR:-/tmp}/egolake_bench_retarget --out bench/results
 	$(PY) -m bench.hand_scale --out bench/results
 
+## lint: ruff over everything, mypy over pose_core/ and schemas/ (settings in pyproject.toml).
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(DEMO_OUT) .pytest_cache spark-warehouse

@@ -10,8 +10,9 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
-__all__ = ["DEMO_FRAMES", "main", "run_demo"]
+__all__ = ["DEMO_EMBODIMENTS", "DEMO_FRAMES", "main", "run_demo"]
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +20,8 @@ EXIT_OK, EXIT_USAGE, EXIT_FAILURES = 0, 2, 3
 #: Frames of the demo's generated clip (30 fps): 5 s, long enough for the IMU to give a metric scale
 #: (3 s was refused: scale relative standard error 80 %).
 DEMO_FRAMES = 150
+#: Robots the demo retargets to when the user names none (their models come with set-up: no variable needed).
+DEMO_EMBODIMENTS = ("so100", "panda")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,6 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="log progress at INFO (default: warnings)"
     )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress line on a terminal")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the pipeline over INPUT into OUTPUT")
@@ -77,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                    help="log progress at INFO (default: warnings)")  # fmt: skip
+    p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                   help="no progress line on a terminal")  # fmt: skip
     p.add_argument("--conf", action="append", default=[], help="YAML config file (repeatable; later wins)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one setting, e.g. --set ingest.shard_frames=128")  # fmt: skip
@@ -123,18 +129,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args, cfg, build_spark) -> int:  # noqa: ANN001
     from jobs.pipeline import run_pipeline
+    from jobs.progress import Progress
 
     stages = [s.strip() for s in args.stages.split(",")] if args.stages else None
-    summary = run_pipeline(
-        build_spark(cfg.spark),
-        cfg,
-        args.input,
-        args.output,
-        stages,
-        args.from_stage,
-        args.until_stage,
-        args.resume,
-    )
+    spark = build_spark(cfg.spark)
+    with Progress(spark.sparkContext, quiet=args.quiet) as progress:
+        summary = run_pipeline(
+            spark, cfg, args.input, args.output, stages, args.from_stage, args.until_stage, args.resume,
+            on_stage=progress.stage,
+        )  # fmt: skip
     _print_summary(summary, args.output)
     return EXIT_FAILURES if summary.failed else EXIT_OK
 
@@ -189,7 +192,7 @@ def _serve(args, cfg, build_spark) -> int:  # noqa: ANN001
     return EXIT_OK
 
 
-def run_demo(spark, cfg, output: str, frames: int = DEMO_FRAMES):  # noqa: ANN001, ANN201
+def run_demo(spark, cfg, output: str, frames: int = DEMO_FRAMES, on_stage=None):  # noqa: ANN001, ANN201
     """Generate the synthetic sample under OUTPUT/sample and run every stage on it (resumable).
 
     Returns:
@@ -202,11 +205,18 @@ def run_demo(spark, cfg, output: str, frames: int = DEMO_FRAMES):  # noqa: ANN00
 
     sample_dir = os.path.join(output, "sample")
     write_sample(sample_dir, SampleOptions(frames=frames))
-    return run_pipeline(spark, cfg, os.path.join(sample_dir, "videos"), output, resume=True)
+    videos = os.path.join(sample_dir, "videos")
+    return run_pipeline(spark, cfg, videos, output, resume=True, on_stage=on_stage)
 
 
 def _demo(args, cfg, build_spark) -> int:  # noqa: ANN001
-    summary = run_demo(build_spark(cfg.spark), cfg, args.output, args.frames)
+    if not cfg.embodiments:
+        cfg = replace(cfg, embodiments=DEMO_EMBODIMENTS)
+    from jobs.progress import Progress
+
+    spark = build_spark(cfg.spark)
+    with Progress(spark.sparkContext, quiet=args.quiet) as progress:
+        summary = run_demo(spark, cfg, args.output, args.frames, on_stage=progress.stage)
     _print_summary(summary, args.output)
     sys.stdout.write(f"tables in {args.output}/tables; try: egolake sql {args.output} 'SELECT * FROM runs'\n")
     return EXIT_FAILURES if summary.failed else EXIT_OK

@@ -13,6 +13,7 @@ No Spark here.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -132,9 +133,15 @@ def publish(
         finish(staging, manifest)
     _make_read_only(staging)
     target = os.path.join(_dataset(datasets_root, name), version)
+    clash = f"dataset {name!r} version {version} was published by another export meanwhile ({target}); rerun"
     if os.path.exists(target):
-        raise FileExistsError(f"dataset {name!r} version {version} already exists at {target}")
-    os.rename(staging, target)
+        raise FileExistsError(clash)
+    try:
+        os.rename(staging, target)  # onto a folder another export just renamed there: ENOTEMPTY or EEXIST
+    except OSError as exc:
+        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            raise FileExistsError(clash) from exc
+        raise
     if not os.listdir(os.path.dirname(staging)):  # no other export is staging
         os.rmdir(os.path.dirname(staging))
     set_latest(datasets_root, name, version)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
@@ -100,12 +100,15 @@ def run_pipeline(  # noqa: PLR0913 - mirrors the CLI's options one to one
     from_stage: str | None = None,
     until_stage: str | None = None,
     resume: bool = False,
+    *,
+    on_stage: Callable[[str, int, int], None] | None = None,
 ) -> RunSummary:
     """Run the selected stages over `input_spec` into `output`.
 
     Without `resume` every selected stage recomputes its episodes. With `resume`, episode-stages
     already ok with the same config hash are skipped. `from_stage` recomputes that stage and all
-    downstream ones while stages before it resume.
+    downstream ones while stages before it resume. `on_stage(name, i, n)` is told when the i-th of
+    the n selected stages starts (the CLI's progress line).
     """
     ctx = StageContext(spark, cfg, Layout(output), new_run_id())
     hashes = stage_hashes(cfg)
@@ -118,6 +121,8 @@ def run_pipeline(  # noqa: PLR0913 - mirrors the CLI's options one to one
         if name not in names:
             continue
         force = index >= force_from
+        if on_stage is not None:
+            on_stage(name, names.index(name) + 1, len(names))
         if name == ingest.STAGE_NAME:
             if input_spec is None:
                 raise ValueError("the ingest stage needs an INPUT")

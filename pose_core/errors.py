@@ -47,9 +47,14 @@ class MetadataError(EgolakeError):
 
 
 class ShapeError(EgolakeError):
-    """An array does not have the documented shape."""
+    """An array does not have the documented shape.
 
-    def __init__(self, message: str, actual_shape: tuple[int, ...], expected_shape: str) -> None:
+    ``actual_shape`` is one array's shape, or a tuple of shapes when several arrays are checked together.
+    """
+
+    def __init__(
+        self, message: str, actual_shape: tuple[int, ...] | tuple[tuple[int, ...], ...], expected_shape: str
+    ) -> None:
         super().__init__(f"{message}: expected {expected_shape}. Got {actual_shape}")
         self.actual_shape = actual_shape
         self.expected_shape = expected_shape

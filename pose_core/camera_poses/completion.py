@@ -221,15 +221,14 @@ def _with_intrinsics(out: GlobalBA, camera: Camera, res: BAResult) -> GlobalBA:
     )
     if res.focal_status != "refined":
         return out
-    radial = {}
-    if res.radial_status == "refined":
-        radial = {"model": "radtan", "dist": (res.radial_k1, 0.0, 0.0, 0.0)}
+    radial = res.radial_status == "refined"
     estimated = replace(
         camera,
         fx=camera.fx * res.focal_scale,
         fy=camera.fy * res.focal_scale,
         intrinsics_source="estimated",
-        **radial,
+        model="radtan" if radial else camera.model,
+        dist=(res.radial_k1, 0.0, 0.0, 0.0) if radial else camera.dist,
     )
     return replace(out, camera=estimated)
 
@@ -336,7 +335,7 @@ def _keyframe_holds(
     err_px = camera.focal_px * np.linalg.norm(x_in_cam[:, :2] / z[:, None] - xy, axis=1)
     explained = np.count_nonzero(err_px <= opts.inlier_px)  # NaN compares False
     fit = optimize_pose(kf.cam_from_world, x_in_world, xy, camera.focal_px, opts.ba, opts.inlier_px)
-    return explained >= opts.keyframe_min_explained * np.count_nonzero(fit.inliers)
+    return bool(explained >= opts.keyframe_min_explained * np.count_nonzero(fit.inliers))
 
 
 def _neighbour_prior(
@@ -404,7 +403,7 @@ def _fill_gaps(wfc: np.ndarray) -> None:
         return
     idx = np.nonzero(ok)[0]
     for f in np.nonzero(~ok)[0]:
-        nxt = np.searchsorted(idx, f)
+        nxt = int(np.searchsorted(idx, f))
         if nxt == 0 or nxt == len(idx):
             wfc[f] = wfc[idx[min(nxt, len(idx) - 1)]]
             continue

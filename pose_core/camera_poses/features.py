@@ -73,6 +73,7 @@ class FeatureOptions:
 #: Bytes of one ORB descriptor.
 DESCRIPTOR_BYTES = 32
 _ORB_PATCH_PX = 31  # ORB's patch side at full resolution, pixels
+_LK_CRITERIA = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 20, 0.03)  # 20 iterations or 0.03 px
 
 
 @dataclass(frozen=True)
@@ -158,14 +159,8 @@ class KltTracker:
         self._prev_uv = np.zeros((0, 2), np.float32)
         self._prev_ids = np.zeros(0, np.int64)
         self._prev_flow = np.zeros((0, 2), np.float32)  # last motion of each tracked point, pixels
-        w = self.opts.window_px
-        self._lk = {
-            "winSize": (w, w),
-            "maxLevel": self.opts.pyramid_levels,
-            "criteria": (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 20, 0.03),
-        }
-        self._fast = cv2.FastFeatureDetector_create(self.opts.fast_threshold)
-        self._orb = cv2.ORB_create(nlevels=1, edgeThreshold=_ORB_PATCH_PX // 2 + 4, patchSize=_ORB_PATCH_PX)
+        self._fast = cv2.FastFeatureDetector.create(self.opts.fast_threshold)
+        self._orb = cv2.ORB.create(nlevels=1, edgeThreshold=_ORB_PATCH_PX // 2 + 4, patchSize=_ORB_PATCH_PX)
 
     def step(self, frame_idx: int, gray: np.ndarray, hand_mask: np.ndarray | None = None) -> FrameFeatures:
         """Track the previous frame's points into ``gray`` and top up with new corners.
@@ -226,9 +221,8 @@ class KltTracker:
             return np.zeros((0, 2), np.float32), np.zeros(0, np.int64), np.zeros((0, 2), np.float32)
         p0 = self._prev_uv.reshape(-1, 1, 2)
         guess = (self._prev_uv + self._prev_flow).reshape(-1, 1, 2).astype(np.float32)
-        start = cv2.OPTFLOW_USE_INITIAL_FLOW
-        p1, st1, _ = cv2.calcOpticalFlowPyrLK(self._prev_img, gray, p0, guess, flags=start, **self._lk)
-        p0r, st2, _ = cv2.calcOpticalFlowPyrLK(gray, self._prev_img, p1, p0.copy(), flags=start, **self._lk)
+        p1, st1 = self._flow(self._prev_img, gray, p0, guess)
+        p0r, st2 = self._flow(gray, self._prev_img, p1, p0.copy())
         fb = np.linalg.norm((p0r - p0).reshape(-1, 2), axis=1)
         uv = p1.reshape(-1, 2)
         h, w = gray.shape
@@ -237,6 +231,21 @@ class KltTracker:
         keep = (st1.ravel() == 1) & (st2.ravel() == 1) & (fb < self.opts.max_fb_error_px) & inside
         flow = (uv - self._prev_uv)[keep].astype(np.float32)
         return uv[keep].astype(np.float32), self._prev_ids[keep], flow
+
+    def _flow(
+        self, img0: np.ndarray, img1: np.ndarray, uv0: np.ndarray, guess: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Pyramidal Lucas-Kanade from ``img0`` to ``img1`` starting at ``guess``.
+
+        Points and guesses are ``(N, 1, 2)`` pixels; returns the found points ``(N, 1, 2)`` and their
+        status ``(N, 1)`` (1 where found).
+        """
+        w = self.opts.window_px
+        uv1, status, _ = cv2.calcOpticalFlowPyrLK(
+            img0, img1, uv0, guess, winSize=(w, w), maxLevel=self.opts.pyramid_levels,
+            criteria=_LK_CRITERIA, flags=cv2.OPTFLOW_USE_INITIAL_FLOW,
+        )  # fmt: skip
+        return uv1, status
 
     def _top_up(
         self, gray: np.ndarray, uv: np.ndarray, ids: np.ndarray, hand_mask: np.ndarray | None

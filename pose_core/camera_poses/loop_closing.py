@@ -353,11 +353,9 @@ def _loop_pose_graph(
     ``bridged`` lists the keyframes (positions in ``kf_ids``) that follow a bridge.
     """
     current = len(kf_ids) - 1
-    src, dst = [], []
-    for step in (1, 2):  # odometry edges and their skip-one neighbours keep the local shape
-        src += list(range(len(kf_ids) - step))
-        dst += list(range(step, len(kf_ids)))
-    src, dst = np.array(src + [loop]), np.array(dst + [current])
+    steps = (1, 2)  # odometry edges and their skip-one neighbours keep the local shape
+    src = np.concatenate([*(np.arange(len(kf_ids) - s) for s in steps), [loop]])
+    dst = np.concatenate([*(np.arange(s, len(kf_ids)) for s in steps), [current]])
     measured = cfw[dst[:-1]] @ invert_rigid_matrices(cfw[src[:-1]])
     corrected = cfw[current] @ sim3_inverse(target_from_current)  # cam_from_world in the old frame
     loop_edge = corrected @ invert_rigid_matrices(cfw[loop])

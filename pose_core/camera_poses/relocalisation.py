@@ -137,7 +137,7 @@ def match_by_projection(
     proj = x_in_cam[front, :2] / x_in_cam[front, 2:]
     near = cKDTree(proj).query_ball_point(query_xy, radius)
     bits = np.unpackbits(train[front], axis=1)
-    qi, pi, dist = [], [], []
+    matches: list[tuple[int, int, int]] = []  # query, point, Hamming distance
     for q, cands in enumerate(near):
         if not cands:
             continue
@@ -145,10 +145,8 @@ def match_by_projection(
         order = np.argsort(d)
         if d[order[0]] > opts.max_hamming or (len(d) > 1 and d[order[0]] >= opts.ratio * d[order[1]]):
             continue
-        qi.append(q)
-        pi.append(front[cands[order[0]]])
-        dist.append(d[order[0]])
-    qi, pi, dist = np.array(qi, np.int64), np.array(pi, np.int64), np.array(dist)
+        matches.append((q, front[cands[order[0]]], d[order[0]]))
+    qi, pi, dist = np.array(matches, np.int64).reshape(-1, 3).T
     best = np.lexsort((dist, pi))
     first = best[np.r_[True, pi[best][1:] != pi[best][:-1]]] if len(best) else best
     return qi[first], pi[first]

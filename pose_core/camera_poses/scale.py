@@ -42,7 +42,7 @@ Convention:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -129,15 +129,17 @@ class ImuScale:
     reason: str | None
 
 
-def _refused(reason: str, offset: float = 0.0, frames: int = 0, **fields: object) -> ImuScale:
+def _refused(
+    reason: str, offset: float = 0.0, frames: int = 0, gravity_world: FloatArray | None = None,
+    excitation_m_s2: float = 0.0,
+) -> ImuScale:  # fmt: skip
+    """A refusal before the fit: no scale and no bias; gravity where the mean force already gives it."""
     logger.info("IMU scale refused: %s", reason)
-    base: dict[str, object] = {
-        "metres_per_unit": None, "gravity_world": None, "accel_bias": np.zeros(3), "time_offset_s": offset,
-        "excitation_m_s2": 0.0, "rel_std": float("inf"), "residual_rms_m_s2": float("nan"),
-        "frames_used": frames, "reason": reason,
-    }  # fmt: skip
-    base.update(fields)
-    return ImuScale(**base)  # type: ignore[arg-type]
+    return ImuScale(
+        metres_per_unit=None, gravity_world=gravity_world, accel_bias=np.zeros(3), time_offset_s=offset,
+        excitation_m_s2=excitation_m_s2, rel_std=float("inf"), residual_rms_m_s2=float("nan"),
+        frames_used=frames, reason=reason,
+    )  # fmt: skip
 
 
 def _slerp_rotations(ts_cam: FloatArray, rot: FloatArray, ts: FloatArray) -> FloatArray:
@@ -255,7 +257,7 @@ def _filtered_rows(
     return np.concatenate(vis), np.concatenate(imu), 2 * half + 1
 
 
-def _unit(v: FloatArray) -> FloatArray:
+def _unit(v: np.ndarray) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
@@ -392,13 +394,15 @@ def _solve(
     jac_data, jac_prior = fit.jac[: 3 * n] * sigma / noise, fit.jac[3 * n :]
     cov = np.linalg.pinv(jac_data.T @ jac_data / window + jac_prior.T @ jac_prior)
     rel_std = float(np.sqrt(max(cov[0, 0], 0.0)) / abs(k)) if k != 0 else float("inf")
-    result = {
-        "gravity_world": _unit(g), "accel_bias": b, "time_offset_s": offset, "excitation_m_s2": excitation,
-        "rel_std": rel_std, "residual_rms_m_s2": float(np.sqrt(np.mean(data**2)) / abs(k)) if k else np.inf,
-        "frames_used": n,
-    }  # fmt: skip
-    logger.debug("IMU scale fit: k=%.4g units/m, %s", k, result)
+    fitted = ImuScale(
+        metres_per_unit=None, gravity_world=_unit(g), accel_bias=b, time_offset_s=offset,
+        excitation_m_s2=excitation, rel_std=rel_std,
+        residual_rms_m_s2=float(np.sqrt(np.mean(data**2)) / abs(k)) if k else float("inf"), frames_used=n,
+        reason=None,
+    )  # fmt: skip
+    logger.debug("IMU scale fit: k=%.4g units/m, %s", k, fitted)
     if k <= 0 or rel_std > opts.max_rel_std:
-        return _refused(f"scale uncertain: {k:.4g} units/m, relative std {rel_std:.3f} > {opts.max_rel_std}",
-                        **result)  # fmt: skip
-    return ImuScale(metres_per_unit=1.0 / k, reason=None, **result)  # type: ignore[arg-type]
+        reason = f"scale uncertain: {k:.4g} units/m, relative std {rel_std:.3f} > {opts.max_rel_std}"
+        logger.info("IMU scale refused: %s", reason)
+        return replace(fitted, reason=reason)
+    return replace(fitted, metres_per_unit=1.0 / k)

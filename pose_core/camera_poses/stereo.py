@@ -33,7 +33,7 @@ Convention:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -238,6 +238,8 @@ class StereoMatcher:
             raise InputError(
                 "bad_intrinsics", f"left camera is {left.model}, right {right.model}: not supported"
             )
+        # cv2's two undistort-rectify maps take the same arguments in the same order
+        init_map: Callable[..., tuple[np.ndarray, np.ndarray]]
         if left.model == "fisheye":
             r1, r2, p1, p2, _ = cv2.fisheye.stereoRectify(
                 k1, d1, k2, d2, size, rot, trans, cv2.CALIB_ZERO_DISPARITY, newImageSize=size, balance=0.0
@@ -264,7 +266,7 @@ class StereoMatcher:
             init_map(k2, d2, r2, p2, size, cv2.CV_16SC2),
         )
         o = self.opts
-        self._sgbm = cv2.StereoSGBM_create(
+        self._sgbm = cv2.StereoSGBM.create(
             minDisparity=0, numDisparities=o.num_disparities, blockSize=o.block_size,
             P1=8 * o.block_size**2, P2=32 * o.block_size**2, disp12MaxDiff=o.lr_max_diff_px,
             uniquenessRatio=o.uniqueness_ratio, speckleWindowSize=o.speckle_window_px,

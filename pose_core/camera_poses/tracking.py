@@ -59,6 +59,9 @@ __all__ = ["TrackingOptions", "TrackingResult", "TrackingState", "track_episode"
 
 logger = logging.getLogger(__name__)
 
+# The frame a new map starts from: its features, normalised points `(N, 2)` and cam_from_world `(4, 4)`.
+_Reference = tuple[FrameFeatures, np.ndarray, np.ndarray]
+
 
 class TrackingState(enum.IntEnum):
     """Tracking state of one frame."""
@@ -174,7 +177,7 @@ class _Tracker:
         self.segment = -1  # current map; -1 while there is none (start, or lost)
         self.last_segment = -1  # the map tracked before the last loss
         self.n_segments = 0
-        self.ref: tuple[FrameFeatures, np.ndarray, np.ndarray] | None = None  # features, xy, cam_from_world
+        self.ref: _Reference | None = None
         self.ref_row = 0
         self.pending: list[tuple[int, FrameFeatures, np.ndarray]] = []  # row, features, xy without a pose
         self.anchor = np.eye(4)
@@ -216,7 +219,7 @@ class _Tracker:
             return
         if self.keyframes and self._relocalise(feat, xy):
             return
-        self._step_uninitialised(feat, xy)
+        self._step_uninitialised(feat, xy, self.ref)
 
     def _record(self, cfw: np.ndarray, state: TrackingState, n: int, kf: bool, err: float) -> None:
         seg = self.segment if self.segment >= 0 else self.n_segments
@@ -252,47 +255,50 @@ class _Tracker:
         self.ref_row = len(self.atlas.rows)
         self.pending = []
 
-    def _move_reference(self, feat: FrameFeatures, need: int) -> bool:
-        """Move the reference to the oldest pending frame sharing `need` tracks with `feat`.
+    def _move_reference(self, feat: FrameFeatures, need: int, ref: _Reference) -> _Reference | None:
+        """Move the reference ``ref`` to the oldest pending frame sharing `need` tracks with `feat`.
 
         Keeps as much of the baseline accrued so far as the surviving tracks allow (a slow start or a
         shard boundary thins the tracks shared with an old reference long before the parallax is
         enough). The old reference and the pending frames stay pending (re-tracked once the map
-        exists). False when none shares enough.
+        exists). Returns the new reference; None when none shares enough.
         """
         for k, (row, cand, cand_xy) in enumerate(self.pending):
             if len(np.intersect1d(cand.track_ids, feat.track_ids, assume_unique=True)) >= need:
-                old = (self.ref_row, self.ref[0], self.ref[1])
+                old = (self.ref_row, ref[0], ref[1])
                 ref_cfw = self.atlas.rows[row].cam_from_world
                 if not np.isfinite(ref_cfw).all():  # after a loss: the new map is anchored at the last pose
                     ref_cfw = self.anchor
                 self.ref, self.ref_row = (cand, cand_xy, ref_cfw), row
                 self.pending = [old, *self.pending[:k], *self.pending[k + 1 :]]
-                return True
-        return False
+                return self.ref
+        return None
 
-    def _step_uninitialised(self, feat: FrameFeatures, xy: np.ndarray) -> None:
+    def _step_uninitialised(self, feat: FrameFeatures, xy: np.ndarray, ref: _Reference) -> None:
+        """Track against the reference ``ref`` (no map yet); initialise a map once the baseline allows."""
         lost = bool(self.keyframes)
         need = max(self.opts.min_shared_tracks, self.opts.init_min_inliers, 3)
-        _, ia, ib = np.intersect1d(self.ref[0].track_ids, feat.track_ids, return_indices=True)
+        _, ia, ib = np.intersect1d(ref[0].track_ids, feat.track_ids, return_indices=True)
         if len(ia) < need:
-            if not self._move_reference(feat, need):
+            moved = self._move_reference(feat, need, ref)
+            if moved is None:
                 cfw = self._rotated(feat, xy)
-                pending = [*self.pending, (self.ref_row, self.ref[0], self.ref[1])] if lost else []
+                pending = [*self.pending, (self.ref_row, ref[0], ref[1])] if lost else []
                 held = self.anchor if lost or not self.prev else self.prev[-1]
                 self._set_reference(feat, xy, cfw if np.isfinite(cfw).all() else held)
                 moving = bool(self.atlas.rows) and self.atlas.rows[-1].state == TrackingState.ROTATION_ONLY
                 self._record_without_map(cfw, len(ia), translating=moving)
                 self.pending = pending[-self.opts.max_pending_frames :]
                 return
-            _, ia, ib = np.intersect1d(self.ref[0].track_ids, feat.track_ids, return_indices=True)
-        ref_feat, ref_xy, ref_cfw = self.ref
+            ref = moved
+            _, ia, ib = np.intersect1d(ref[0].track_ids, feat.track_ids, return_indices=True)
+        ref_feat, ref_xy, ref_cfw = ref
         rot = rotation_between(ref_xy[ia], xy[ib])
         par = np.median(parallax_deg(ref_xy[ia], xy[ib], rot))
         waited = not lost or feat.frame_idx - self.lost_at >= self.opts.relocalise_before_new_map_frames
         if waited and par >= self.opts.init_min_parallax_deg and len(ia) >= self.opts.init_min_inliers:
             motion = estimate_relative_motion(ref_xy[ia], xy[ib], self.opts.ransac_px / self.f)
-            if motion is not None and self._initialise(feat, xy, ia, ib, motion):
+            if motion is not None and self._initialise(feat, xy, ref, ia, ib, motion):
                 return
         keep = self.pending[-self.opts.max_pending_frames + 1 :]
         self.pending = [*keep, (len(self.atlas.rows), feat, xy)]
@@ -338,13 +344,14 @@ class _Tracker:
         self._record(cfw, state, n, False, float("nan"))
 
     def _initialise(
-        self, feat: FrameFeatures, xy: np.ndarray, ia: np.ndarray, ib: np.ndarray, motion: RelativeMotion
-    ) -> bool:
+        self, feat: FrameFeatures, xy: np.ndarray, ref: _Reference, ia: np.ndarray, ib: np.ndarray,
+        motion: RelativeMotion,
+    ) -> bool:  # fmt: skip
         o = self.opts
         inl = motion.inliers
         if np.count_nonzero(inl) < o.init_min_inliers or motion.median_parallax_deg < o.init_min_parallax_deg:
             return False
-        ref_feat, ref_xy, ref_cfw = self.ref
+        ref_feat, ref_xy, ref_cfw = ref
         cur_from_ref = motion.cur_from_ref.copy()
         cur_from_ref[:3, 3] *= self.scale
         cur_cfw = cur_from_ref @ ref_cfw

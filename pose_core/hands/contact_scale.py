@@ -438,7 +438,7 @@ def scale_from_hand_contact(inp: HandScaleInputs, opts: HandScaleOptions) -> Han
             (), int(with_plane.sum()),
         )  # fmt: skip
     scale = float(np.median((hand_m[with_plane] + opts.contact_offset_m) / plane_u[with_plane]))
-    found: list = []
+    found: list[tuple[object, NDArray[np.int64], float, float, float]] = []
     inside = np.zeros(0, bool)
     for _ in range(2):  # speeds at the median of all observations, then at the consensus of the moments
         slow = with_plane & (_palm_speed(inp, scale, opts) <= opts.max_hand_speed_mps)

@@ -271,7 +271,8 @@ def fuse_episode(
     trusted_obs = (obs.score[keep] >= opts.min_trusted_score) & (
         obs.residual_px[keep] <= opts.max_trusted_residual_px
     )
-    parts, gaps = [], {}
+    parts: list[tuple[str, tuple[np.ndarray, ...]]] = []
+    gaps: dict[str, list[Gap]] = {}
     n_frames = len(frames.frame_idx)
     for name in sorted(set(identity.tolist())):
         mine = np.flatnonzero(identity == name)
@@ -292,8 +293,8 @@ def fuse_episode(
         switched, factor = np.zeros(n_frames, bool), np.ones(n_frames)
         switched[pos[mine]], factor[pos[mine]] = switch[mine], factors[mine]
         rows = np.flatnonzero(seen | result.filled)
-        parts.append((rows, name, result.keypoints_world[rows], result.filled[rows], observation[rows],
-                      switched[rows], factor[rows]))  # fmt: skip
+        parts.append((name, (rows, result.keypoints_world[rows], result.filled[rows], observation[rows],
+                             switched[rows], factor[rows])))  # fmt: skip
     return _assemble(frames.frame_idx, parts, scale, gaps, hand_scale)
 
 
@@ -314,15 +315,22 @@ def _hand_scale(  # noqa: PLR0913, PLR0917 - private step of fuse_episode
 
 
 def _assemble(
-    frame_idx: np.ndarray, parts: list[tuple], scale: ScaleChoice, gaps: dict[str, list[Gap]],
-    hand_scale: HandScale | None,
+    frame_idx: np.ndarray, parts: list[tuple[str, tuple[np.ndarray, ...]]], scale: ScaleChoice,
+    gaps: dict[str, list[Gap]], hand_scale: HandScale | None,
 ) -> FusedHands:  # fmt: skip
-    """Concatenate per-identity entries and sort them by frame, then identity."""
-    rows = np.concatenate([p[0] for p in parts])
-    identity = np.concatenate([np.full(len(p[0]), p[1], dtype=object) for p in parts])
+    """Concatenate per-identity entries and sort them by frame, then identity.
+
+    ``parts`` holds, per identity, its name and its entries' columns: frame positions, then the
+    `FusedHands` columns from ``keypoints_world`` to ``size_factor``.
+    """
+    rows = np.concatenate([cols[0] for _, cols in parts])
+    identity = np.concatenate([np.full(len(cols[0]), name, dtype=object) for name, cols in parts])
     order = np.lexsort((identity.astype(str), rows))
-    cat = [np.concatenate([p[i] for p in parts])[order] for i in range(2, 7)]
+    keypoints_world, filled, observation, identity_switch, size_factor = (
+        np.concatenate([cols[i] for _, cols in parts])[order] for i in range(1, 6)
+    )
     logger.debug("fused %d entries, %d identities", len(rows), len(parts))
     return FusedHands(
-        frame_idx[rows[order]], identity[order], *cat, scale=scale, gaps=gaps, hand_scale=hand_scale
+        frame_idx[rows[order]], identity[order], keypoints_world, filled, observation, identity_switch,
+        size_factor, scale=scale, gaps=gaps, hand_scale=hand_scale,
     )

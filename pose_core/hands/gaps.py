@@ -71,7 +71,7 @@ class GapFillResult:
 
 def _context(trusted: np.ndarray, observed: np.ndarray, end: int, step: int, count: int) -> list[int]:
     """Up to `count` consecutive trusted frames from `end` outwards (step -1 or +1)."""
-    frames = []
+    frames: list[int] = []
     i = end
     while 0 <= i < len(trusted) and observed[i] and trusted[i] and len(frames) < count:
         frames.append(i)

@@ -24,13 +24,14 @@ frame and 0.8-0.9 in a window of 0.6 of the frame.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
-from pose_core.hands.estimator import HandObservation, check_frames
+from pose_core.hands.estimator import Handedness, HandObservation, check_frames
 from pose_core.hands.rois import (
     PalmDecodeOptions,
     RotatedRect,
@@ -253,7 +254,7 @@ class MediaPipeHandEstimator:
     def _add_hands(
         self,
         image: np.ndarray,
-        candidates: list[tuple[RotatedRect, float, _Tracked | None]],
+        candidates: Sequence[tuple[RotatedRect, float, _Tracked | None]],
         hands: list[HandObservation],
         sources: list[_Tracked | None],
     ) -> None:
@@ -319,7 +320,7 @@ class MediaPipeHandEstimator:
         # The model's label 0 ("Left") is for a mirrored image: on a plain image it is the right hand.
         p_label0 = float(left_score.reshape(-1)[0])
         p_right = p_label0 if not self.opts.mirrored_input else 1.0 - p_label0
-        side = "right" if p_right >= 0.5 else "left"
+        side: Handedness = "right" if p_right >= 0.5 else "left"
         shape = world.reshape(21, 3).astype(np.float64)
         return HandObservation(
             keypoints_px=keypoints_px.astype(np.float64),

@@ -206,7 +206,8 @@ class FaceBlurrer:
         size = self._spec.input_size
         inp, out = self._interp.get_input_details()[0], self._interp.get_output_details()
         all_boxes, all_scores = [np.zeros((0, 4))], [np.zeros(0)]
-        for x0, y0, x1, y1 in tile_boxes(*image.shape[:2], self.opts.tiles):
+        height, width = image.shape[:2]
+        for x0, y0, x1, y1 in tile_boxes(height, width, self.opts.tiles):
             square, scale, offset = letterbox(image[y0:y1, x0:x1], size)
             self._interp.set_tensor(inp["index"], (square * 2.0 - 1.0)[None])  # the model takes [-1, 1]
             self._interp.invoke()

@@ -254,7 +254,7 @@ def _identity_switches(
     (it left the view and returned) matches nothing or itself and is not a switch.
     """
     names = sorted(wrists)
-    present = {k: np.isfinite(w).all(axis=1) for k, w in wrists.items()}
+    present: dict[str, BoolArray] = {k: np.all(np.isfinite(w), axis=1) for k, w in wrists.items()}
     counts = np.zeros(n, np.int64)
     last_frame: dict[str, int] = {}
     for f in range(n):

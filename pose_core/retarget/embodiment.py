@@ -273,7 +273,8 @@ def embodiment_from_profile(raw: Mapping[str, Any], urdf: UrdfModel, source: str
         workspace_center_in_base_m=np.asarray(workspace.get("center_in_base_m", (0.0, 0.0, 0.0)), np.float64),
         reach_position_tol_m=float(reach.get("position_tol_m", 0.01)),
         orientation=orientation,
-        plane_axis=urdf.joint(orientation.plane_joint).axis if plane_link else None,
+        plane_axis=(urdf.joint(orientation.plane_joint).axis
+                    if plane_link and orientation.plane_joint else None),
         gripper=_gripper(raw.get("gripper"), urdf),
         vectors=vectors,
         hand_from_wrist=_rotation(raw.get("hand_from_wrist_rpy")),

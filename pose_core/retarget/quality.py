@@ -115,7 +115,7 @@ class RetargetFigures:
         """Reachable steps over valid steps (NaN without valid steps)."""
         return self.reachable_steps / self.valid_steps if self.valid_steps else float("nan")
 
-    def to_dict(self) -> dict[str, float | int]:
+    def to_dict(self) -> dict[str, float | int | None]:
         """The figures and both fractions, JSON-ready (NaN becomes None)."""
         out = {**asdict(self), "valid_fraction": self.valid_fraction,
                "reachable_fraction": self.reachable_fraction}

@@ -73,8 +73,8 @@ class TextureAtlas:
         colour += frac * (self._bilinear(key + (lo < top), coords_m) - colour)
         return colour
 
-    def _bilinear(self, key: NDArray[np.int64], coords_m: NDArray[np.float32]) -> NDArray[np.float32]:
-        """Bilinear lookup of each point in the level `key` (row of `lookup`) names, `(N, 3)`."""
+    def _bilinear(self, key: NDArray[np.int64], coords_m: NDArray[np.float32]) -> np.ndarray:
+        """Bilinear lookup of each point in the level `key` (row of `lookup`) names, `(N, 3)` float32."""
         row = np.take(self.lookup, key, axis=0)
         n = len(key)
         cols = min(max(n, 1), _REMAP_COLUMNS)
@@ -149,7 +149,7 @@ def build_atlas(rects: tuple[TexturedRect, ...], min_side_px: int, shelf_width_p
     )
 
 
-def _mip_pyramid(texture: NDArray[np.uint8], min_side_px: int) -> list[NDArray[np.float32]]:
+def _mip_pyramid(texture: NDArray[np.uint8], min_side_px: int) -> list[np.ndarray]:
     """Aligned box-filtered mip levels of `texture` `(H, W, 3)`, level 0 first, float32."""
     h, w = texture.shape[:2]
     top = 0
@@ -157,7 +157,7 @@ def _mip_pyramid(texture: NDArray[np.uint8], min_side_px: int) -> list[NDArray[n
         top += 1
     block = 1 << top
     padded = cv2.copyMakeBorder(texture, 0, -h % block, 0, -w % block, cv2.BORDER_REFLECT).astype(np.float32)
-    levels = [padded]
+    levels: list[np.ndarray] = [padded]
     for _ in range(top):
         prev = levels[-1]
         levels.append(

@@ -277,7 +277,7 @@ def _lens_visits(
     """`(hand, start_s, end_s)` of each visit to the lens; no draws when visits are off."""
     if opts.lens_first_s is None:
         return []
-    visits = []
+    visits: list[tuple[int, float, float]] = []
     hand = 1
     t = rng.uniform(*opts.lens_first_s)
     while True:

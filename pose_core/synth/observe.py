@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pose_core.geometry.rigid3 import so3_exp
-from pose_core.hands.estimator import HandObservation
+from pose_core.hands.estimator import Handedness, HandObservation
 from pose_core.hands.masks import hand_box
 from pose_core.synth.episode import SynthEpisode
 from pose_core.synth.scene import Scene
@@ -75,7 +75,7 @@ def noisy_hand_observations(
         for h in rng.permutation(2):
             if not episode.hand_visible[f, h] or rng.random() < noise.drop:
                 continue
-            side = ("left", "right")[h] if rng.random() > noise.flip else ("right", "left")[h]
+            side: Handedness = ("left", "right")[h] if rng.random() > noise.flip else ("right", "left")[h]
             px = episode.hands_px[f, h] + rng.normal(0.0, noise.px, (21, 2))
             shape = in_cam[f, h] + rng.normal(0.0, noise.shape_m, (21, 3))
             hands.append(HandObservation(px, 0.95, side, 0.9, shape))

@@ -323,11 +323,12 @@ class Renderer:
             if box is None:
                 continue
             r0, r1, c0, c1 = box
-            rays = tuple(comp[r0:r1, c0:c1] for comp in self._rays)
+            dx, dy, dz = (comp[r0:r1, c0:c1] for comp in self._rays)
             if part.slab is None:
-                rows, cols, ray_t, normal = _ray_round_cone(*rays, *part.points, *part.radii)
+                axis_start, axis_end = part.points
+                rows, cols, ray_t, normal = _ray_round_cone(dx, dy, dz, axis_start, axis_end, *part.radii)
             else:
-                rows, cols, ray_t, normal = _ray_slab(*rays, part.points, part.slab, part.radius)
+                rows, cols, ray_t, normal = _ray_slab(dx, dy, dz, part.points, part.slab, part.radius)
             rows += r0
             cols += c0
             d = np.stack([comp[rows, cols] for comp in self._rays], axis=1).astype(np.float64)

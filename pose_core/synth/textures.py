@@ -86,8 +86,8 @@ def make_texture(
 
 def _value_noise(
     height_px: int, width_px: int, wavelength_px: float, channels: int, rng: np.random.Generator
-) -> NDArray[np.float32]:
-    """Smooth zero-mean unit-variance-ish noise with the given wavelength, `(H, W, channels)`."""
+) -> np.ndarray:
+    """Smooth zero-mean unit-variance-ish noise with the given wavelength, `(H, W, channels)` float32."""
     rows = max(2, int(np.ceil(height_px / wavelength_px)) + 2)
     cols = max(2, int(np.ceil(width_px / wavelength_px)) + 2)
     grid = rng.standard_normal((rows, cols, channels)).astype(np.float32)
@@ -120,7 +120,8 @@ def _draw_shapes(
     centres = rng.uniform((0.0, 0.0), (width_px, height_px), (count, 2))
     kinds = rng.integers(0, 5, count)
     outlines = rng.uniform(size=count) < opts.outline_fraction
-    brightness = np.exp(rng.uniform(*np.log(opts.shape_brightness_range), (count, 1)))
+    log_lo, log_hi = np.log(opts.shape_brightness_range)
+    brightness = np.exp(rng.uniform(log_lo, log_hi, (count, 1)))
     mix = rng.uniform(0.0, opts.shape_colour_mix_max, (count, 1))
     colours = np.clip(
         (1.0 - mix) * brightness * np.asarray(base_rgb) * 255.0 + mix * rng.uniform(0.0, 255.0, (count, 3)),

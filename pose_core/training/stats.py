@@ -103,7 +103,7 @@ def image_stats(frames_rgb: NDArray[np.uint8]) -> tuple[dict[str, np.ndarray], n
         (stats, weights): the statistics (`count` = N) and weights `(3, 1, 1)` = N.
     """
     if frames_rgb.ndim != 4 or frames_rgb.shape[-1] != 3 or frames_rgb.dtype != np.uint8:
-        raise ShapeError("frames", (frames_rgb.shape, frames_rgb.dtype), "(N, H, W, 3) uint8")
+        raise ShapeError(f"frames ({frames_rgb.dtype})", frames_rgb.shape, "(N, H, W, 3) uint8")
     step = max(1, max(frames_rgb.shape[1:3]) // _IMAGE_STEP_TARGET_PX)
     pixels = frames_rgb[:, ::step, ::step].reshape(-1, 3)
     counts = np.stack([np.bincount(pixels[:, c], minlength=256) for c in range(3)]).astype(np.int64)

@@ -102,7 +102,7 @@ class Timeline:
     grip_aperture_m: FloatArray
 
 
-def _runs(values: NDArray) -> list[tuple[int, int, int]]:
+def _runs(values: np.ndarray) -> list[tuple[int, int, int]]:
     """`(value, start, stop)` of each run of equal values of a 1-D integer/bool array."""
     if len(values) == 0:
         return []
@@ -146,7 +146,7 @@ def _walk(rate: FloatArray, start: int, step: int, sign: float, limit: float, bo
 
 def _label_stretch(
     speed: FloatArray, aperture: FloatArray, rate: FloatArray, opts: TimelineOptions
-) -> NDArray:
+) -> np.ndarray:
     """Label codes `(n,)` of one present stretch (before short segments are absorbed)."""
     n = len(speed)
     codes = np.where(_hysteresis(speed, opts.move_start_mps, opts.move_stop_mps), _MOVE, _IDLE)
@@ -182,7 +182,7 @@ def _absorber(runs: list[tuple[int, int, int]], i: int) -> int | None:
     return None
 
 
-def _absorb_short(codes: NDArray, min_frames: int) -> NDArray:
+def _absorb_short(codes: np.ndarray, min_frames: int) -> np.ndarray:
     """Short runs (not events or missing) take a neighbour's label, shortest first (see `_absorber`)."""
     codes = codes.copy()
     while True:
@@ -197,7 +197,7 @@ def _absorb_short(codes: NDArray, min_frames: int) -> NDArray:
         codes[runs[i][1] : runs[i][2]] = _absorber(runs, i)
 
 
-def _name_motion(codes: NDArray) -> list[Segment]:
+def _name_motion(codes: np.ndarray) -> list[Segment]:
     """Segments of the final codes, with moving runs named reach / retract / move by their neighbours."""
     runs = _runs(codes)
     out = []

@@ -69,3 +69,16 @@ def test_cli_list_show_rollback(tmp_path, capsys):
     assert main(["datasets", "rollback", str(tmp_path)]) == 0
     assert "latest v2 -> v1" in capsys.readouterr().out
     assert main(["datasets", "show", str(tmp_path), "nope"]) == 2
+
+
+def test_two_exports_publishing_at_once_one_wins_the_other_is_told(tmp_path):
+    """Another export publishes the same version number while this one finishes: nothing is overwritten."""
+    root = str(tmp_path)
+
+    def meanwhile(_folder: str, _manifest_: dict) -> None:
+        datasets.publish(_stage(root, "other", "theirs"), root, "hands", _manifest("b"))
+
+    with pytest.raises(FileExistsError, match="published by another export meanwhile"):
+        datasets.publish(_stage(root, "mine", "mine"), root, "hands", _manifest("a"), meanwhile)
+    assert datasets.versions(root, "hands") == ["v1"] and datasets.latest_version(root, "hands") == "v1"
+    assert datasets.read_manifest(root, "hands")["fingerprint"] == "b"

@@ -46,7 +46,7 @@ def main() -> None:
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     root, out = sys.argv[1], sys.argv[2]
-    ds = LeRobotDataset("egolake/test", root=root, video_backend="pyav")
+    ds = LeRobotDataset("egolake/test", root=root)  # lerobot's default video backend (torchcodec)
     keys = [k for k, f in ds.meta.features.items() if f["dtype"] not in ("video", "string")]
     values = {k: [] for k in keys}
     images = {k: [] for k in ds.meta.video_keys}
@@ -61,6 +61,7 @@ def main() -> None:
     arrays = {f"value/{k}": np.stack(v) for k, v in values.items()}
     arrays.update({f"image/{k}": np.stack(v).astype(np.float32) for k, v in images.items()})
     meta = {
+        "video_backend": ds.video_backend,
         "num_frames": ds.num_frames,
         "num_episodes": ds.num_episodes,
         "fps": ds.fps,

@@ -124,6 +124,7 @@ def test_lerobot_loads_every_frame_with_indices_times_and_tasks(exported):
     plan, _, meta, arrays, _ = exported
     n = int(plan["length"].sum())
     assert meta["num_frames"] == n and meta["num_episodes"] == 2 and meta["fps"] == FPS
+    assert meta["video_backend"] == "torchcodec"  # lerobot's default backend decodes it (make setup's FFmpeg)
     np.testing.assert_array_equal(arrays["value/index"][:, 0], np.arange(n))
     for p in plan.itertuples():
         rows = arrays["value/episode_index"][:, 0] == p.episode_index

@@ -19,6 +19,7 @@ from pose_core.retarget.ik import pose_errors
 from pose_core.retarget.placement import world_from_wrist_for_targets
 from pose_core.synth.robot_hands import FPS, joint_trajectory, keypoints_at_wrists, tcp_poses
 from schemas.tables import ROBOT_ACTIONS, ROBOT_QUALITY
+from udfs import robots
 from udfs.guard import ERROR_KIND, guarded_pair
 from udfs.multi_output import split_tables
 from udfs.options import RetargetStageOptions
@@ -300,10 +301,11 @@ def test_steps_are_at_the_profile_control_rate_sampled_not_interpolated(
 
 
 class TestErrors:
-    def test_unknown_profile_and_missing_urdf_are_named(self, opts: RetargetStageOptions,
-                                                         tmp_path: Path) -> None:
+    def test_unknown_profile_and_missing_urdf_are_named(self, opts: RetargetStageOptions, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
         with pytest.raises(EgolakeError, match="no embodiment profile 'nope'.*so100"):
             load_embodiments(["nope"], opts)
+        monkeypatch.setattr(robots, "packaged_robots_root", lambda: None)  # no installed models either
         with pytest.raises(InputError) as err:
             load_embodiments(["panda"], replace(opts, robots_dir=str(tmp_path)))
         assert err.value.reason_code == "urdf_missing" and "panda.urdf" in str(err.value)
