@@ -167,9 +167,8 @@ def _status(args, cfg, build_spark) -> int:  # noqa: ANN001
 
 def _cost(args, cfg, build_spark) -> int:  # noqa: ANN001
     from jobs.cost import format_costs, run_costs
-    from jobs.pipeline import STAGE_NAMES
 
-    costs, quarantined, runs = run_costs(build_spark(cfg.spark), args.output, list(STAGE_NAMES), args.run)
+    costs, quarantined, runs = run_costs(build_spark(cfg.spark), args.output, args.run)
     if not runs:
         raise ValueError(f"no runs recorded in {args.output}" + (f" for run {args.run}" if args.run else ""))
     sys.stdout.write(format_costs(costs, quarantined, runs) + "\n")

@@ -39,20 +39,19 @@ def wall_seconds(started: pd.Series, finished: pd.Series) -> float:
     return total
 
 
-def stage_costs(
-    runs: pd.DataFrame, videos: pd.DataFrame, stage_order: list[str] | None = None
-) -> pd.DataFrame:
+def stage_costs(runs: pd.DataFrame, videos: pd.DataFrame) -> pd.DataFrame:
     """Per stage: attempts, failures, video hours, frames, wall/unit/CPU seconds and the rates.
 
     Args:
         runs: `runs` rows (skipped ones are left out here: they cost nothing).
         videos: `episode_id`, `duration_s`, `frame_count` (an attempt counts its episode's video).
-        stage_order: order of the output rows (stages not in it follow, sorted).
 
     Returns:
-        `COST_COLUMNS`; `cpu_s` sums the rows that measured it (`measured` of `episodes`), so
-        `cpu_s_per_video_h` is over those rows' video only; `frames_per_s` is frames over wall seconds.
+        `COST_COLUMNS`, stages in the order they first started; `cpu_s` sums the rows that measured
+        it (`measured` of `episodes`), so `cpu_s_per_video_h` is over those rows' video only;
+        `frames_per_s` is frames over wall seconds.
     """
+    runs = runs.assign(**{c: float("nan") for c in ("unit_s", "cpu_s") if c not in runs.columns})  # runs v1
     done = runs[runs["status"] != "skipped"].merge(
         videos[["episode_id", "duration_s", "frame_count"]], on="episode_id", how="left"
     )
@@ -73,15 +72,12 @@ def stage_costs(
             "frames_per_s": frames / wall if wall > 0 else float("nan"),
             "failure_rate": failed / len(g),
         })  # fmt: skip
-    out = pd.DataFrame(rows, columns=list(COST_COLUMNS))
-    order = {s: i for i, s in enumerate(stage_order or [])}
-    key = [(order.get(s, len(order)), s) for s in out["stage"]]
-    return out.iloc[sorted(range(len(out)), key=key.__getitem__)].reset_index(drop=True)
+    first = done.groupby("stage")["started"].min().sort_values(kind="stable")
+    out = pd.DataFrame(rows, columns=list(COST_COLUMNS)).set_index("stage", drop=False)
+    return out.loc[list(first.index)].reset_index(drop=True)
 
 
-def run_costs(
-    spark: SparkSession, output: str, stage_order: list[str], run_id: str | None = None
-) -> tuple[pd.DataFrame, int, int]:
+def run_costs(spark: SparkSession, output: str, run_id: str | None = None) -> tuple[pd.DataFrame, int, int]:
     """`stage_costs` of one run (or of every run of OUTPUT); plus (quarantined inputs, runs covered).
 
     An OUTPUT without `runs` rows (for the run) gives no cost rows and 0 runs covered.
@@ -91,15 +87,10 @@ def run_costs(
     quarantine = read(spark, layout, QUARANTINE)
     if run_id is not None:
         runs, quarantine = runs.where(F.col("run_id") == run_id), quarantine.where(F.col("run_id") == run_id)
-    for column in ("unit_s", "cpu_s"):  # a log written before runs v2, never appended to since
-        if column not in runs.columns:
-            runs = runs.withColumn(column, F.lit(None).cast("double"))
-    runs_pdf = runs.select(
-        "run_id", "stage", "episode_id", "status", "started", "finished", "unit_s", "cpu_s"
-    )
-    runs_pdf = runs_pdf.toPandas()
+    wanted = ("run_id", "stage", "episode_id", "status", "started", "finished", "unit_s", "cpu_s")
+    runs_pdf = runs.select(*(c for c in wanted if c in runs.columns)).toPandas()  # runs v1: no seconds
     videos = read(spark, layout, VIDEOS).select("episode_id", "duration_s", "frame_count").toPandas()
-    costs = stage_costs(runs_pdf, videos, stage_order)
+    costs = stage_costs(runs_pdf, videos)
     return costs, quarantine.count(), runs_pdf["run_id"].nunique()
 
 

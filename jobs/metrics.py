@@ -174,11 +174,9 @@ def run_alert(figures: dict[str, Any], opts: AlertOptions) -> int | None:
     return done.returncode
 
 
-def report_run(
-    spark: SparkSession, opts: MonitoringOptions, output: str, run_id: str, stage_order: list[str]
-) -> MetricsReport:
+def report_run(spark: SparkSession, opts: MonitoringOptions, output: str, run_id: str) -> MetricsReport:
     """Write the run's metrics file, push it, and run the alert hook when a threshold is passed."""
-    costs, quarantined, _ = run_costs(spark, output, stage_order, run_id)
+    costs, quarantined, _ = run_costs(spark, output, run_id)
     text = prometheus_text(run_id, costs, quarantined)
     path = None
     if opts.metrics_file and "://" in output:

@@ -143,6 +143,6 @@ def run_pipeline(  # noqa: PLR0913 - mirrors the CLI's options one to one
     logger.info(
         "run finished run_id=%s counts=%s quarantined=%d", ctx.run_id, summary.counts, summary.quarantined
     )
-    report_run(spark, cfg.monitoring, output, ctx.run_id, list(STAGE_NAMES))
+    report_run(spark, cfg.monitoring, output, ctx.run_id)
     return summary
 
