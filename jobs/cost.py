@@ -49,7 +49,8 @@ def stage_costs(runs: pd.DataFrame, videos: pd.DataFrame) -> pd.DataFrame:
     Returns:
         `COST_COLUMNS`, stages in the order they first started; `cpu_s` sums the rows that measured
         it (`measured` of `episodes`), so `cpu_s_per_video_h` is over those rows' video only;
-        `frames_per_s` is frames over wall seconds.
+        `frames_per_s` is frames over wall seconds (NaN for a stage whose units never ran, e.g.
+        retarget without embodiments: its instant `ok` rows would give absurd rates).
     """
     runs = runs.assign(**{c: float("nan") for c in ("unit_s", "cpu_s") if c not in runs.columns})  # runs v1
     done = runs[runs["status"] != "skipped"].merge(
@@ -69,7 +70,7 @@ def stage_costs(runs: pd.DataFrame, videos: pd.DataFrame) -> pd.DataFrame:
             "video_h": video_h, "frames": frames, "wall_s": wall,
             "unit_s": float(measured["unit_s"].sum()), "cpu_s": cpu, "measured": len(measured),
             "cpu_s_per_video_h": cpu / measured_h if measured_h > 0 else float("nan"),
-            "frames_per_s": frames / wall if wall > 0 else float("nan"),
+            "frames_per_s": frames / wall if wall > 0 and len(measured) else float("nan"),  # nan: no work
             "failure_rate": failed / len(g),
         })  # fmt: skip
     first = done.groupby("stage")["started"].min().sort_values(kind="stable")

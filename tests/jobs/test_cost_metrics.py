@@ -72,6 +72,8 @@ def test_stage_costs_figures():
     assert (row.episodes, row.ok, row.failed, row.measured) == (2, 1, 1, 1)  # skipped costs nothing
     assert row.frames == 72000 and row.frames_per_s == 2400.0 and row.failure_rate == 0.5
     assert row.cpu_s_per_video_h == 36.0  # 18 CPU-s over the measured episode's half hour
+    idle = stage_costs(runs.assign(stage="retarget", unit_s=None, cpu_s=None), videos).iloc[0]
+    assert idle.measured == 0 and pd.isna(idle.frames_per_s)  # no unit ran: no rate
 
 
 def test_cost_and_metrics_file_agree_with_runs(spark, corpus_run, capsys):
