@@ -1,4 +1,4 @@
-"""The `egolake` command: run, status, sql, demo, sample, datasets, serve.
+"""The `egolake` command: run, status, cost, sql, demo, sample, datasets, serve.
 
 Exit codes: 0 all done, 3 finished but some episode-stages failed (see `egolake status`),
 2 bad usage or configuration.
@@ -45,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("output")
     status.add_argument("--episodes", action="store_true", help="also list every episode's status per stage")
     _add_config_args(status)
+
+    cost = sub.add_parser("cost", help="per stage: CPU-seconds per video-hour, frames per second, failures")
+    cost.add_argument("output")
+    cost.add_argument("--run", help="one run's id (default: every run of OUTPUT)")
+    _add_config_args(cost)
 
     sql = sub.add_parser("sql", help="run a SQL query; every table is registered by name")
     sql.add_argument("output")
@@ -112,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     from jobs.spark import build_spark
 
-    handlers = {"run": _run, "status": _status, "sql": _sql, "demo": _demo, "serve": _serve}
+    handlers = {"run": _run, "status": _status, "cost": _cost, "sql": _sql, "demo": _demo, "serve": _serve}
     try:
         return handlers[args.command](args, cfg, build_spark)
     except ValueError as exc:
@@ -167,6 +172,16 @@ def _status(args, cfg, build_spark) -> int:  # noqa: ANN001
     sys.stdout.write(format_status(status.stages, status.quarantined) + "\n")
     if args.episodes:
         sys.stdout.write(episode_matrix(status.latest, status.episodes, list(STAGE_NAMES)) + "\n")
+    return EXIT_OK
+
+
+def _cost(args, cfg, build_spark) -> int:  # noqa: ANN001
+    from jobs.cost import format_costs, run_costs
+
+    costs, quarantined, runs = run_costs(build_spark(cfg.spark), args.output, args.run)
+    if not runs:
+        raise ValueError(f"no runs recorded in {args.output}" + (f" for run {args.run}" if args.run else ""))
+    sys.stdout.write(format_costs(costs, quarantined, runs) + "\n")
     return EXIT_OK
 
 

@@ -34,7 +34,9 @@ from udfs.options import (
 )
 
 __all__ = [
+    "AlertOptions",
     "IngestOptions",
+    "MonitoringOptions",
     "PipelineConfig",
     "PriorsOptions",
     "dump_defaults",
@@ -78,6 +80,43 @@ class PriorsOptions:
 
 
 @dataclass(frozen=True)
+class AlertOptions:
+    """A command run when a run's failures or quarantines pass a threshold (`jobs.metrics`)."""
+
+    # The command as an argv list, run without a shell, e.g. [/usr/local/bin/page-oncall, --team, data];
+    # empty: no alerts. It gets the figures as JSON on stdin and as EGOLAKE_ALERT_* environment variables.
+    command: tuple[str, ...] = ()
+    # Alert when an episode stage's failed share of the episodes it attempted in the run exceeds this.
+    max_failure_rate: float = 0.1
+    # Alert when the run's quarantined share of the inputs it ingested (episodes + quarantined) exceeds this.
+    max_quarantine_rate: float = 0.5
+    # Seconds the command may take before it is killed (the run's result does not depend on it).
+    timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_failure_rate", "max_quarantine_rate"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"monitoring.alert.{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class MonitoringOptions:
+    """Per-run metrics (Prometheus text format) and alerts; none of it changes any stage's output."""
+
+    # Write OUTPUT/metrics/<run_id>.prom at the end of each run: per stage episodes by status, frames,
+    # wall, unit and CPU seconds (the same figures as `egolake cost --run <run_id>`).
+    metrics_file: bool = True
+    # Prometheus Pushgateway base URL, e.g. http://pushgateway:9091; empty: no push. The run's metrics
+    # replace the group {job: pushgateway_job} (HTTP PUT); a failed push is logged, the run goes on.
+    pushgateway_url: str = ""
+    pushgateway_job: str = "egolake"
+    # Seconds to wait for the Pushgateway.
+    push_timeout_s: float = 10.0
+    # The alert hook.
+    alert: AlertOptions = field(default_factory=AlertOptions)
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     """Everything a run needs besides its input and output paths."""
 
@@ -106,6 +145,8 @@ class PipelineConfig:
     export: ExportOptions = field(default_factory=ExportOptions)
     # Stage qa: quality flags (thresholds) and the evidence pages under OUTPUT/qa.
     qa: QAOptions = field(default_factory=QAOptions)
+    # Metrics file, Pushgateway and alert hook at the end of each run (no stage depends on them).
+    monitoring: MonitoringOptions = field(default_factory=MonitoringOptions)
     # Episodes per stage batch: each batch is one Spark job and one Delta commit, so a killed run
     # loses at most one batch and progress is logged per batch.
     batch_episodes: int = 32

@@ -55,7 +55,7 @@ from schemas.tables import (
     ROBOT_QUALITY,
     VIDEOS,
 )
-from udfs.guard import ERROR_KIND
+from udfs.guard import ERROR_KIND, ROW_KIND
 from udfs.lerobot import dataset_spec
 from udfs.lerobot.dataset import finish_dataset, plan_episodes, write_card
 from udfs.lerobot.episode import EPISODE_META, PLAN_COLUMNS, RobotLayout, export_episode, robot_spec
@@ -268,7 +268,7 @@ def _write_files(
     unit = partial(export_episode, opts=opts, robot=robot)
     result = cogroup_per_episode(posed, rows, unit, EPISODE_META, key="_slot", partitions=n_tasks).toPandas()
     failed = result[result["_row_kind"] == ERROR_KIND]
-    return result[result["_row_kind"] != ERROR_KIND], dict(
+    return result[result["_row_kind"] == ROW_KIND], dict(
         zip(failed["episode_id"], failed["_error"], strict=True)
     )
 
@@ -421,13 +421,14 @@ def _publish_dataset(  # noqa: PLR0913 - one dataset: where, what, and which epi
         )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    units = {r.episode_id: (float(r.unit_s), float(r.unit_cpu_s)) for r in metas.itertuples()}
     done = [
-        EpisodeOutcome(r.episode_id, "ok", int(r.length), None, started, now()) for r in plan.itertuples()
+        EpisodeOutcome(r.episode_id, "ok", int(r.length), None, started, now(), *units[r.episode_id])
+        for r in plan.itertuples()
     ]
     logger.info(
         "export: %s/%s with %d episodes, %d left out", name, version, len(plan), len(excluded) + len(failed)
     )
-    units = {r.episode_id: (float(r.unit_s), float(r.unit_cpu_s)) for r in metas.itertuples()}
     return ExportResult(
         version, done + failures + left_out, {**manifest, "version": version}, unit_seconds=units
     )

@@ -81,7 +81,10 @@ def run(ctx: StageContext, lineage: Lineage, input_spec: str, force: bool) -> In
     )  # fmt: skip
 
     finished = now()
-    outcomes = [EpisodeOutcome(e, "ok", 1, None, started, finished) for e in ok["episode_id"]]
+    outcomes = [
+        EpisodeOutcome(r.episode_id, "ok", 1, None, started, finished, r.unit_s, r.unit_cpu_s)
+        for r in ok.itertuples()
+    ]
     outcomes += [EpisodeOutcome(e, "skipped", 0, None, started, finished) for e in kept]
     logger.info("ingest episodes=%d skipped=%d quarantined=%d", len(ok), len(kept), len(quarantine))
     return IngestResult(outcomes, sorted(set(ok["episode_id"]) | set(kept)), len(quarantine))

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from jobs import actions, camera_poses, export, fusion, hands, ingest, priors, qa, retarget
 from jobs.config import PipelineConfig, section_hash
+from jobs.metrics import report_run
 from jobs.stage import EpisodeOutcome, Stage, StageContext, record_runs, run_episode_stage
 from jobs.tables import Layout, Lineage
 
@@ -147,5 +148,6 @@ def run_pipeline(  # noqa: PLR0913 - mirrors the CLI's options one to one
     logger.info(
         "run finished run_id=%s counts=%s quarantined=%d", ctx.run_id, summary.counts, summary.quarantined
     )
+    report_run(spark, cfg.monitoring, output, ctx.run_id)
     return summary
 

@@ -17,6 +17,7 @@ from functools import partial
 import pandas as pd
 from pyspark.sql import functions as F
 
+from jobs.cost import stage_costs
 from jobs.stage import (
     EpisodeOutcome,
     Stage,
@@ -53,15 +54,24 @@ def _unchecked(latest: pd.DataFrame) -> dict[str, str]:
 
 
 def write_index(ctx: StageContext) -> str:
-    """Write the batch index from the `qa`, `videos`, `quarantine` and `runs` tables; returns its path."""
+    """Write the batch index from the `qa`, `videos`, `quarantine` and `runs` tables; returns its path.
+
+    Its cost table is `stage_costs` of the latest attempt per episode and stage (what the current
+    outputs cost); this batch's qa rows are recorded after it.
+    """
     cols = [c for c in QA.columns if c != "report_path"]
     qa = read(ctx.spark, ctx.layout, QA).select(*cols).toPandas()
-    videos = read(ctx.spark, ctx.layout, VIDEOS).select("episode_id", "source_path").toPandas()
+    videos = (
+        read(ctx.spark, ctx.layout, VIDEOS)
+        .select("episode_id", "source_path", "duration_s", "frame_count")
+        .toPandas()
+    )
     quarantine = (
         read(ctx.spark, ctx.layout, QUARANTINE).select("source_path", "reason_code", "message").toPandas()
     )
-    episodes = videos.merge(qa, on="episode_id", how="left")
-    reasons = _unchecked(latest_runs(ctx.spark, ctx.layout))
+    episodes = videos[["episode_id", "source_path"]].merge(qa, on="episode_id", how="left")
+    latest = latest_runs(ctx.spark, ctx.layout)
+    reasons = _unchecked(latest)
     episodes["unchecked"] = [
         reasons.get(e, "not checked yet") if pd.isna(ok) else None
         for e, ok in zip(episodes["episode_id"], episodes["passed"], strict=True)
@@ -69,7 +79,7 @@ def write_index(ctx: StageContext) -> str:
     os.makedirs(ctx.layout.qa, exist_ok=True)
     path = index_path(ctx.layout)
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write(index_page(episodes, quarantine))
+        fh.write(index_page(episodes, quarantine, stage_costs(latest, videos)))
     logger.info("qa index: %s (%d episodes, %d quarantined)", path, len(episodes), len(quarantine))
     return path
 

@@ -29,6 +29,7 @@ from udfs.multi_output import TABLE_COLUMN, union_schema
 
 __all__ = [
     "EpisodeOutcome",
+    "GuardedStatus",
     "Stage",
     "StageContext",
     "apply_per_episode",
@@ -38,7 +39,8 @@ __all__ = [
     "read_stacked",
     "record_runs",
     "run_episode_stage",
-    "split_guarded",
+    "guarded_rows",
+    "guarded_status",
 ]
 
 logger = logging.getLogger(__name__)
@@ -64,6 +66,8 @@ class EpisodeOutcome:
     error: str | None = None
     started: datetime | None = None
     finished: datetime | None = None
+    unit_s: float | None = None  # wall seconds of its units on the executors (summed); None: not measured
+    cpu_s: float | None = None  # CPU seconds of those units (worker process and its children)
 
 
 ProcessFn = Callable[[StageContext, Lineage, list[str]], list[EpisodeOutcome]]
@@ -112,6 +116,8 @@ def record_runs(ctx: StageContext, stage: str, lineage: Lineage, outcomes: Seque
             "finished": [o.finished for o in outcomes],
             "rows": [o.rows for o in outcomes],
             "error": [o.error for o in outcomes],
+            "unit_s": [o.unit_s for o in outcomes],
+            "cpu_s": [o.cpu_s for o in outcomes],
             "config_hash": lineage.config_hash,
             "stage_version": lineage.stage_version,
         }
@@ -131,33 +137,58 @@ def latest_runs(spark: SparkSession, layout: Layout) -> pd.DataFrame:
     return latest.toPandas()
 
 
-def split_guarded(result: DataFrame, columns: Sequence[str]) -> tuple[DataFrame, dict[str, str]]:
-    """Separate a guarded UDF's output into data rows and {episode_id: error} of failed units.
+@dataclass(frozen=True)
+class GuardedStatus:
+    """What a guarded UDF's status columns say, per episode: failures and unit seconds (summed)."""
+
+    failures: dict[str, str]  # {episode_id: first error}
+    seconds: dict[str, tuple[float, float]]  # {episode_id: (wall, CPU) seconds of its units}
+
+
+def guarded_status(result: DataFrame) -> GuardedStatus:
+    """Collect the failures and unit seconds of a guarded UDF's output (one small collect).
 
     The caller must `persist` `result` first, or the UDF runs twice.
     """
-    failed_rows = result.where(F.col("_row_kind") == ERROR_KIND).select("episode_id", "_error").collect()
-    failures: dict[str, str] = {}
-    for row in failed_rows:
-        failures.setdefault(row["episode_id"], row["_error"])
+    status = (
+        result.where((F.col("_row_kind") == ERROR_KIND) | F.col("_unit_s").isNotNull())
+        .groupBy("episode_id")
+        .agg(
+            F.sum("_unit_s").alias("unit_s"),
+            F.sum("_unit_cpu_s").alias("cpu_s"),
+            F.min(F.when(F.col("_row_kind") == ERROR_KIND, F.col("_error"))).alias("error"),
+        )
+        .collect()
+    )
+    return GuardedStatus(
+        {r["episode_id"]: r["error"] for r in status if r["error"] is not None},
+        {r["episode_id"]: (float(r["unit_s"]), float(r["cpu_s"])) for r in status if r["unit_s"] is not None},
+    )
+
+
+def guarded_rows(result: DataFrame, columns: Sequence[str], failures: dict[str, str]) -> DataFrame:
+    """The data rows of a guarded UDF's output, without those of failed episodes."""
     data = result.where(F.col("_row_kind") == ROW_KIND).select(*columns)
-    if failures:
-        data = data.where(~F.col("episode_id").isin(list(failures)))
-    return data, failures
+    return data.where(~F.col("episode_id").isin(list(failures))) if failures else data
 
 
 def outcomes_from(
-    data: DataFrame, episodes: Sequence[str], failures: dict[str, str], started: datetime
+    data: DataFrame, episodes: Sequence[str], status: GuardedStatus, started: datetime
 ) -> list[EpisodeOutcome]:
-    """Outcomes of a batch: row counts per episode from `data`, errors from `failures`."""
+    """Outcomes of a batch: row counts per episode from `data`, errors and unit seconds from `status`."""
     counts = {r["episode_id"]: r["count"] for r in data.groupBy("episode_id").count().collect()}
     finished = now()
-    return [
-        EpisodeOutcome(e, "failed", 0, failures[e], started, finished)
-        if e in failures
-        else EpisodeOutcome(e, "ok", int(counts.get(e, 0)), None, started, finished)
-        for e in episodes
-    ]
+    outcomes = []
+    for e in episodes:
+        unit_s, cpu_s = status.seconds.get(e, (None, None))
+        failed = e in status.failures
+        outcomes.append(
+            EpisodeOutcome(
+                e, "failed" if failed else "ok", 0 if failed else int(counts.get(e, 0)),
+                status.failures.get(e), started, finished, unit_s, cpu_s,
+            )
+        )  # fmt: skip
+    return outcomes
 
 
 def select_episodes(
@@ -252,17 +283,14 @@ def write_guarded(
     started = now()
     result = result.persist()
     try:
+        status = guarded_status(result)
         outcomes: list[EpisodeOutcome] = []
         for i, schema in enumerate(schemas):
-            rows = (
-                result
-                if len(schemas) == 1
-                else result.where((F.col(TABLE_COLUMN) == schema.name) | (F.col("_row_kind") == ERROR_KIND))
-            )
-            data, failures = split_guarded(rows, schema.columns)
+            rows = result if len(schemas) == 1 else result.where(F.col(TABLE_COLUMN) == schema.name)
+            data = guarded_rows(rows, schema.columns, status.failures)
             write(data, ctx.layout, schema, episodes, lineage)
             if i == 0:
-                outcomes = outcomes_from(data, episodes, failures, started)
+                outcomes = outcomes_from(data, episodes, status, started)
         return outcomes
     finally:
         result.unpersist()

@@ -48,7 +48,7 @@ _BACKOFF_S = 0.5
 
 @dataclass(frozen=True)
 class Layout:
-    """Where a run's outputs live: OUTPUT/tables/<name>, OUTPUT/datasets, OUTPUT/qa."""
+    """Where a run's outputs live: OUTPUT/tables/<name>, OUTPUT/datasets, OUTPUT/qa, OUTPUT/metrics."""
 
     root: str
 
@@ -65,6 +65,11 @@ class Layout:
     def qa(self) -> str:
         """Folder of QA reports."""
         return os.path.join(self.root, "qa")
+
+    @property
+    def metrics(self) -> str:
+        """Folder of per-run metrics files (Prometheus text format)."""
+        return os.path.join(self.root, "metrics")
 
 
 @dataclass(frozen=True)
@@ -147,11 +152,16 @@ def write(
 
 
 def append(df: DataFrame, layout: Layout, schema: TableSchema) -> None:
-    """Append rows (the `runs` log)."""
+    """Append rows (the `runs` log).
+
+    New nullable columns of a later schema version are merged into an existing log (Delta's
+    `mergeSchema`): an OUTPUT written before them keeps its history, whose rows read null there.
+    """
     target = schema.spark_full
     df = df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
     path = layout.table(schema.name)
-    _retry_conflicts(lambda: df.write.format("delta").mode("append").save(path), schema.name)
+    writer = df.write.format("delta").mode("append").option("mergeSchema", "true")
+    _retry_conflicts(lambda: writer.save(path), schema.name)
 
 
 def _retry_conflicts(commit: Callable[[], None], table: str) -> None:

@@ -104,7 +104,7 @@ QUARANTINE = TableSchema(
 
 RUNS = TableSchema(
     name="runs",
-    version="1",
+    version="2",
     key=("run_id", "stage", "episode_id"),
     partition_key="run_id",
     lineage=False,  # carries run_id, stage_version, config_hash itself
@@ -118,6 +118,11 @@ RUNS = TableSchema(
             pa.field("finished", pa.timestamp("us", tz="UTC")),
             pa.field("rows", pa.int64()),
             pa.field("error", pa.string()),  # "ErrorClass: message" when failed
+            # v2: the episode's units (shards or the episode) on the executors, summed: wall seconds and
+            # CPU seconds (worker process and its waited children, all threads); null where not measured
+            # (skipped rows, a job that died). Frames and video seconds come from `videos`.
+            pa.field("unit_s", pa.float64()),
+            pa.field("cpu_s", pa.float64()),
             pa.field("config_hash", pa.string(), nullable=False),
             pa.field("stage_version", pa.string(), nullable=False),
         ]

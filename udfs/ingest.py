@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 
 from schemas.tables import VIDEOS
+from udfs.guard import cpu_seconds
 from udfs.media.inputs import InputItem
 from udfs.media.probe import probe_with_timeout
 from udfs.media.sidecars import Calibration, Sidecars, read_calibration, read_task
@@ -35,6 +37,8 @@ PROBE_SCHEMA = pa.schema(
         pa.field("ok", pa.bool_()),
         pa.field("reason_code", pa.string()),
         pa.field("message", pa.string()),
+        pa.field("unit_s", pa.float64()),  # wall seconds of the probe (and sidecar reads)
+        pa.field("unit_cpu_s", pa.float64()),  # CPU seconds meanwhile, the probe's child process included
     ]
 )
 
@@ -57,6 +61,7 @@ def probe_row(item: InputItem, opts: ProbeOptions) -> dict[str, Any]:
     Sidecar contents that later stages need (calibration, task text) are read here, once; the
     probe has already validated them.
     """
+    wall0, cpu0 = time.perf_counter(), cpu_seconds()
     result = probe_with_timeout(item, opts)
     values = dataclasses.asdict(result)
     row = {name: values.get(name) for name in PROBE_SCHEMA.names}
@@ -66,6 +71,7 @@ def probe_row(item: InputItem, opts: ProbeOptions) -> dict[str, Any]:
         row["calibration_json"] = calibration_to_json(read_calibration(result.calibration_path))
     if result.ok and result.task_path:
         row["task_text"] = read_task(result.task_path)
+    row["unit_s"], row["unit_cpu_s"] = time.perf_counter() - wall0, cpu_seconds() - cpu0
     return row
 
 

@@ -42,5 +42,5 @@ def test_guarded_map_isolates_units_and_goes_on():
 
 def test_guarded_schema_is_nullable_with_status_columns():
     schema = guarded_schema(pa.schema([pa.field("episode_id", pa.string(), nullable=False)]))
-    assert schema.names == ["episode_id", "_row_kind", "_error"]
+    assert schema.names == ["episode_id", "_row_kind", "_error", "_unit_s", "_unit_cpu_s"]
     assert all(f.nullable for f in schema)

@@ -170,5 +170,5 @@ def test_no_poses_is_a_clear_episode_failure(episode):
     assert out["_row_kind"].tolist() == [ERROR_KIND]
     assert out["_error"].iat[0] == "EgolakeError: no camera poses for this episode's frames"
     ok = guarded_fuse_hands(posed_frames(episode), hands.iloc[:0])
-    assert ok.empty  # an episode without hands has no rows and no error
+    assert ok["_row_kind"].tolist() == ["done"]  # an episode without hands: no rows, no error
     assert (guarded_fuse_hands(posed_frames(episode), hands)["_row_kind"] == ROW_KIND).all()
