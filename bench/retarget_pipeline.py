@@ -208,10 +208,10 @@ def main() -> None:
         "- figures pool both hands' control steps over the output's episodes the robot was not refused for "
         "(no metric scale: `refused`); valid = a hand observed or gap-filled within 0.9 m of the camera; "
         "reachable = of the valid steps, within the profile's tolerances of the smoothed target the arm "
-        "follows; errors over valid steps, robot base frame: position = tool to the hand's own (unsmoothed) "
-        "wrist target, tracking = tool to the smoothed target, shift = how far smoothing moved the target from "
-        "the hand; axes against the smoothed target; `passed` = episodes within retarget.quality (position "
-        "error p95 to the hand; kept by the robot dataset).", "", *_table_md(rows), "",
+        "follows; errors over valid steps, robot base frame: position = tool to the hand's own "
+        "(unsmoothed) wrist target, tracking = tool to the smoothed target, shift = how far smoothing moved "
+        "the target from the hand; axes against the smoothed target; `passed` = episodes within "
+        "retarget.quality (position error p95 to the hand; kept by the robot dataset).", "", *_table_md(rows), "",
     ]
     if before:
         lines += [

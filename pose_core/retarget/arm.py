@@ -11,7 +11,8 @@ Algorithm:
     The targets are smoothed run by run (`pose_core.retarget.smoothing.smooth_tool_poses`): the arm
     follows the smoothed target, and the reachability flags and ``ee_error_*`` are against it;
     ``target_shift_m`` says how far smoothing moved it from the hand, and ``hand_error_m`` is the
-    tool's distance to the hand's own (unsmoothed) target, the error a replay onto the hand sees. The first valid step is solved from the home pose; if that fails, from it, home and
+    tool's distance to the hand's own (unsmoothed) target, the error a replay onto the hand sees.
+    The first valid step is solved from the home pose; if that fails, from it, home and
     ``restarts`` random seeds at once, keeping the solution within reach nearest to home (else the
     best). Later steps are solved in chunks of ``chunk_frames``: every step of a chunk starts from the
     last solved step and is bounded by the joint limits and by the velocity box
@@ -481,5 +482,5 @@ def retarget_wrist_trajectory(  # noqa: PLR0913 - the trajectory, its timing and
     shift = np.linalg.norm(tcp_targets[:, :3, 3] - raw[:, :3, 3], axis=1)
     to_hand = np.linalg.norm(base_from_tcp[:, :3, 3] - raw[:, :3, 3], axis=1)
     return RetargetResult(emb.model.joint_names, q, _gripper(emb, grip_aperture_m, ts_s), world_from_base,
-                          valid, tcp_targets, base_from_tcp, shift, err_m, to_hand, err_rad, approach, closing,
-                          reachable, limit, speed, accel)
+                          valid, tcp_targets, base_from_tcp, shift, err_m, to_hand, err_rad, approach,
+                          closing, reachable, limit, speed, accel)

@@ -256,8 +256,8 @@ def evaluate_quality(figures: RetargetFigures, thresholds: QualityThresholds, is
     if (refused is None and is_arm and figures.valid_steps
             and not figures.position_error_p95_m <= thresholds.max_position_error_p95_m):
         found["position_error"] = (
-            f"tool position error to the hand p95 {1e3 * figures.position_error_p95_m:.1f} mm (to the smoothed "
-            f"target {1e3 * figures.tracking_error_p95_m:.1f} mm, smoothing shift p95 "
+            f"tool position error to the hand p95 {1e3 * figures.position_error_p95_m:.1f} mm (to the "
+            f"smoothed target {1e3 * figures.tracking_error_p95_m:.1f} mm, smoothing shift p95 "
             f"{1e3 * figures.target_shift_p95_m:.1f} mm) > "
             f"{1e3 * thresholds.max_position_error_p95_m:.1f} mm (retarget.quality.max_position_error_p95_m)")
     broken = figures.limit_violations + figures.speed_violations + figures.acceleration_violations

@@ -100,7 +100,7 @@ class TestQuality:
         assert fig.to_dict()["approach_error_p95_rad"] is None  # NaN becomes null in JSON
         passed, flags, reasons = evaluate_quality(fig, QualityThresholds(), is_arm=True)
         assert not passed and flags == ("position_error",)
-        assert reasons[0].startswith("tool position error to the hand p95 50.0 mm (to the smoothed target 2.0 mm")
+        assert reasons[0].startswith("tool position error to the hand p95 50.0 mm (to the smoothed target 2")
         assert evaluate_quality(fig, QualityThresholds(), is_arm=False)[0]  # a hand: no tool error check
         low = QualityThresholds(min_valid_fraction=0.9, max_position_error_p95_m=0.1)
         assert evaluate_quality(fig, low, is_arm=True)[1] == ("low_valid",)
