@@ -211,7 +211,8 @@ def main() -> None:
         "follows; errors over valid steps, robot base frame: position = tool to the hand's own "
         "(unsmoothed) wrist target, tracking = tool to the smoothed target, shift = how far smoothing moved "
         "the target from the hand; axes against the smoothed target; `passed` = episodes within "
-        "retarget.quality (position error p95 to the hand; kept by the robot dataset).", "", *_table_md(rows), "",
+        "retarget.quality (position error p95 to the hand; kept by the robot dataset).", "",
+        *_table_md(rows), "",
     ]
     if before:
         lines += [
