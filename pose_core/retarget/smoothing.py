@@ -3,17 +3,12 @@
 Estimated hands jitter from frame to frame (keypoint depth noise of a few centimetres and tens of
 degrees of palm roll) far faster than a hand moves or an arm can follow. Retargeting therefore smooths
 the tool targets within each run of steps that have a hand (`smooth_tool_poses`): the position and
-the approach axis by a Savitzky-Golay filter (local polynomial fit, zero phase; positions keep the
-fitted polynomial at a run's ends, where mirrored ends bent clean robot-made paths by up to 4 cm; the
-axes mirror the ends, where fitted ends swung noisy axes); the
+the approach axis by a Savitzky-Golay filter (local quadratic fit, zero phase; positions keep the
+fitted polynomial at a run's ends, exact for motion up to degree 2, where mirrored ends bent clean
+robot-made paths by up to 4 cm; the axes mirror the ends, where fitted ends swung noisy axes); the
 closing axis of a gripper whose jaws are symmetric as a *line*, by the principal direction of the
 filtered outer products ``y y^T`` (so a palm normal that flips sign does not turn the target half a
-turn). Smoothing is for the estimate's noise only, not for what the arm cannot do: it must leave a
-hand's real motion where it is, because the errors to the hand count what it moves (a quadratic fit over
-0.67 s moved a clean reach of 0.3 m in 0.4 s by 34 mm, and joint motion at 60 % of a Panda's speed
-limits by 10 mm, which the arm then followed as if reachable; a quartic fit over the same window, by
-11 mm and 0.3 mm). What remains too fast for the arm is the trajectory fit's
-(`pose_core.retarget.trajectory`), and shows as tracking error, flagged unreachable.
+turn). What remains too fast for the arm is the trajectory fit's (`pose_core.retarget.trajectory`).
 
 Convention:
     Steps are uniform in time (the profile's control rate), ``dt = 1 / fps``. Poses are ``(F, 4, 4)``
@@ -44,24 +39,20 @@ BoolArray = NDArray[np.bool_]
 class SmoothingOptions:
     """Knobs of target smoothing."""
 
-    # Savitzky-Golay window of the tool position, seconds (0.67 s at 30 Hz: -3 dB at 2.4 Hz with order 4,
-    # 1.5 Hz with order 2). On the synthetic episodes the estimated wrist's error to ground truth is a slow
-    # bias that windows up to 1 s leave as it is, while the jitter above ~1.5 Hz asks for tool
-    # accelerations of 4-40 m/s^2, beyond a Panda's joints. 0 keeps the positions.
+    # Savitzky-Golay window of the tool position, seconds (order 2; 0.67 s at 30 Hz has its -3 dB point
+    # at 1.6 Hz, above most reaching and carrying motion). On the synthetic episodes the estimated wrist's
+    # error to ground truth is a slow bias that windows up to 1 s leave as it is, while the jitter above
+    # ~1.5 Hz asks for tool accelerations of 4-40 m/s^2, beyond a Panda's joints. 0 keeps the positions.
     position_window_s: float = 0.67
-    # Polynomial order of the position fit: 4 keeps a brisk reach (see the module's docstring) while the
-    # window still averages the estimate's frame-to-frame jitter.
-    position_polyorder: int = 4
     # Window of the approach and closing axes, seconds (1 s at 30 Hz: -3 dB at 1 Hz); the estimated palm
     # roll is the noisiest part of a hand (tens of degrees from frame to frame); 0 keeps the rotations.
     orientation_window_s: float = 1.0
-    # Polynomial order of the axes' fits.
-    orientation_polyorder: int = 2
+    # Polynomial order of the Savitzky-Golay fits.
+    polyorder: int = 2
 
     def __post_init__(self) -> None:
-        if (self.position_window_s < 0 or self.orientation_window_s < 0 or self.position_polyorder < 1
-                or self.orientation_polyorder < 1):
-            raise ValueError("retarget smoothing: windows must be >= 0 s and polyorders >= 1")
+        if self.position_window_s < 0 or self.orientation_window_s < 0 or self.polyorder < 1:
+            raise ValueError("retarget smoothing: windows must be >= 0 s and polyorder >= 1")
 
 
 def finite_runs(mask: BoolArray) -> list[NDArray[np.int64]]:
@@ -103,25 +94,24 @@ def smooth_tool_poses(base_from_tool: FloatArray, fps: float, opts: SmoothingOpt
     if poses.ndim != 3 or poses.shape[1:] != (4, 4):
         raise ShapeError("base_from_tool", poses.shape, "(F, 4, 4)")
     for run in finite_runs(np.all(np.isfinite(poses.reshape(len(poses), -1)), axis=1)):
-        win = _window(opts.position_window_s, fps, len(run), opts.position_polyorder)
+        win = _window(opts.position_window_s, fps, len(run), opts.polyorder)
         if win:
-            poses[run, :3, 3] = savgol_filter(poses[run, :3, 3], win, opts.position_polyorder, axis=0,
-                                              mode="interp")
-        win = _window(opts.orientation_window_s, fps, len(run), opts.orientation_polyorder)
+            poses[run, :3, 3] = savgol_filter(poses[run, :3, 3], win, opts.polyorder, axis=0, mode="interp")
+        win = _window(opts.orientation_window_s, fps, len(run), opts.polyorder)
         if not win:
             continue
         raw_y = poses[run, :3, 1]
-        z = savgol_filter(poses[run, :3, 2], win, opts.orientation_polyorder, axis=0, mode="mirror")
+        z = savgol_filter(poses[run, :3, 2], win, opts.polyorder, axis=0, mode="mirror")
         z /= np.linalg.norm(z, axis=1, keepdims=True)
         if symmetric_closing:
-            outer = savgol_filter(raw_y[:, :, None] * raw_y[:, None, :], win, opts.orientation_polyorder,
-                                  axis=0, mode="mirror")
+            outer = savgol_filter(raw_y[:, :, None] * raw_y[:, None, :], win, opts.polyorder, axis=0,
+                                  mode="mirror")
             y = _principal(outer, z)
             # One sign along the run (continuous), the first step's as estimated.
             turns = np.where(np.sum(y[1:] * y[:-1], axis=1) < 0, -1.0, 1.0)
             y *= np.cumprod(np.r_[-1.0 if y[0] @ raw_y[0] < 0 else 1.0, turns])[:, None]
         else:
-            y = savgol_filter(raw_y, win, opts.orientation_polyorder, axis=0, mode="mirror")
+            y = savgol_filter(raw_y, win, opts.polyorder, axis=0, mode="mirror")
             y -= np.sum(y * z, axis=1, keepdims=True) * z
         y /= np.linalg.norm(y, axis=1, keepdims=True)
         poses[run, :3, 0], poses[run, :3, 1], poses[run, :3, 2] = np.cross(y, z), y, z
