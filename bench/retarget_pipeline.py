@@ -12,8 +12,9 @@ tracked camera path against the sample's ground truth, as tests/jobs/test_robot_
 fusion and later stages run again with it.
 Writes `retarget.{md,json}`: per output, robot and episode the `robot_quality` figures, pooled per
 robot over the episodes from the `robot_actions` rows, and the robot datasets' versions. `--before`
-reads outputs written by an older egolake (no `robot_quality`: figures from `robot_actions`, where
-`reachable` counted every orientation miss and had no hand states) for the comparison table.
+reads outputs written by an older egolake for the comparison table: one without `hand_error_m` reported
+its errors to the smoothed targets only (position = tracking there); one without `hand_state` (before
+issue 22) had no `robot_quality` and counted every orientation miss as unreachable.
 """
 
 from __future__ import annotations
@@ -217,8 +218,10 @@ def main() -> None:
     if before:
         lines += [
             "## Before (the same outputs' hands through the retargeting of the older egolake)", "",
-            "An older egolake has no hand states (valid = joints written), no approach/closing split "
-            "(closing column = its full rotation error) and counted every orientation miss as unreachable.",
+            "An egolake without `hand_error_m` measured errors against the smoothed targets only (its "
+            "position column = its tracking column). One without hand states (before issue 22: valid = "
+            "joints written, no approach/closing split, closing column = its full rotation error) counted "
+            "every orientation miss as unreachable.",
             "", *_table_md(before), "",
         ]
     reasons = sorted({r for row in rows for r in row.get("reasons", [])})
