@@ -12,8 +12,9 @@ tracked camera path against the sample's ground truth, as tests/jobs/test_robot_
 fusion and later stages run again with it.
 Writes `retarget.{md,json}`: per output, robot and episode the `robot_quality` figures, pooled per
 robot over the episodes from the `robot_actions` rows, and the robot datasets' versions. `--before`
-reads outputs written by an older egolake (no `robot_quality`: figures from `robot_actions`, where
-`reachable` counted every orientation miss and had no hand states) for the comparison table.
+reads outputs written by an older egolake for the comparison table: one without `hand_error_m` reported
+its errors to the smoothed targets only (position = tracking there); one without `hand_state` (before
+issue 22) had no `robot_quality` and counted every orientation miss as unreachable.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ import numpy as np
 
 from bench.report import provenance
 from pose_core.retarget.quality import retarget_figures
+from udfs.retarget import STEP_ERRORS
 
 SYNTHETIC = (("synth_table_1", "table", 1, 300), ("synth_table_2", "table", 2, 300),
              ("synth_table_3", "table", 3, 300), ("synth_hard_14", "hard", 14, 600))
-_ERRORS = ("ee_error_m", "approach_error_rad", "closing_error_rad", "target_shift_m")
 
 
 def _settings(robots: list[str], robots_dir: str) -> list[str]:
@@ -108,11 +109,13 @@ def _pooled(actions: Any, quality: Any) -> dict[str, Any]:
         states = np.where(rows["joint_positions"].notna(), "observed", "missing")
         rows = rows.assign(hand_state=states, approach_error_rad=np.nan,
                            closing_error_rad=rows["ee_error_rad"], target_shift_m=0.0)
+    if "hand_error_m" not in rows:  # no errors to the hand: those to the (smoothed) target
+        rows = rows.assign(hand_error_m=rows["ee_error_m"])
     keys = ("limit_violations", "speed_violations", "acceleration_violations")
     violations = (0, 0, 0) if quality is None else tuple(int(quality[k].sum()) for k in keys)
     reachable = rows["reachable"].fillna(False).to_numpy(bool)
     fig = retarget_figures(rows["hand_state"].to_numpy(object), reachable,
-                           *(rows[c].to_numpy(float) for c in _ERRORS), violations)
+                           *(rows[c].to_numpy(float) for c in STEP_ERRORS), violations)
     return {k: _nan_none(v) if isinstance(v, float) else v for k, v in fig.to_dict().items()}
 
 
@@ -158,8 +161,9 @@ def _cell(key: str, value: Any) -> str:
 
 COLUMNS = (
     "output", "robot", "episodes", "refused", "passed", "steps", "valid_fraction", "reachable_fraction",
-    "position_error_median_m", "position_error_p95_m", "approach_error_median_rad", "approach_error_p95_rad",
-    "closing_error_median_rad", "closing_error_p95_rad", "target_shift_p95_m", "limit_violations",
+    "position_error_median_m", "position_error_p95_m", "tracking_error_median_m", "tracking_error_p95_m",
+    "target_shift_p95_m", "approach_error_median_rad", "approach_error_p95_rad",
+    "closing_error_median_rad", "closing_error_p95_rad", "limit_violations",
     "speed_violations", "acceleration_violations", "dataset",
 )
 
@@ -204,15 +208,20 @@ def main() -> None:
         "camera path's Sim(3) fit to ground truth (`fusion.user_metres_per_unit`).",
         "- figures pool both hands' control steps over the output's episodes the robot was not refused for "
         "(no metric scale: `refused`); valid = a hand observed or gap-filled within 0.9 m of the camera; "
-        "reachable = of the valid steps; errors over valid steps against the smoothed targets, robot base "
-        "frame; shift = how far smoothing moved the targets from the hands; `passed` = episodes within "
-        "retarget.quality (kept by the robot dataset).", "", *_table_md(rows), "",
+        "reachable = of the valid steps, within the profile's tolerances of the smoothed target the arm "
+        "follows; errors over valid steps, robot base frame: position = tool to the hand's own "
+        "(unsmoothed) wrist target, tracking = tool to the smoothed target, shift = how far smoothing moved "
+        "the target from the hand; axes against the smoothed target; `passed` = episodes within "
+        "retarget.quality (position error p95 to the hand; kept by the robot dataset).", "",
+        *_table_md(rows), "",
     ]
     if before:
         lines += [
             "## Before (the same outputs' hands through the retargeting of the older egolake)", "",
-            "An older egolake has no hand states (valid = joints written), no approach/closing split "
-            "(closing column = its full rotation error) and counted every orientation miss as unreachable.",
+            "An egolake without `hand_error_m` measured errors against the smoothed targets only (its "
+            "position column = its tracking column). One without hand states (before issue 22: valid = "
+            "joints written, no approach/closing split, closing column = its full rotation error) counted "
+            "every orientation miss as unreachable.",
             "", *_table_md(before), "",
         ]
     reasons = sorted({r for row in rows for r in row.get("reasons", [])})

@@ -66,7 +66,7 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
 
 STAGE = Stage(
     name="retarget",
-    version="3",
+    version="4",
     upstream="fusion",
     config_sections=("embodiments", "retarget"),
     outputs=(ROBOT_ACTIONS, ROBOT_QUALITY),

@@ -24,6 +24,7 @@ from pose_core.retarget.quality import retarget_figures
 from schemas.tables import ROBOT_ACTIONS, ROBOT_QUALITY
 from udfs.lerobot.episode import RobotLayout
 from udfs.options import ExportOptions
+from udfs.retarget import STEP_ERRORS
 
 __all__ = ["retarget_report", "robot_targets"]
 
@@ -35,7 +36,6 @@ _FIGURE_COLUMNS = [
     if "_tol_" not in c and (c == "steps" or c.endswith(("_steps", "_fraction", "_m", "_rad", "violations")))
 ]
 _VIOLATIONS = ("limit_violations", "speed_violations", "acceleration_violations")
-_STEP_ERRORS = ("ee_error_m", "approach_error_rad", "closing_error_rad", "target_shift_m")
 
 
 def _episodes(ctx: StageContext, summary: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -138,9 +138,9 @@ def retarget_report(ctx: StageContext, robot: RobotLayout, episodes: list[str]) 
     scope = F.col("episode_id").isin(episodes) & (F.col("embodiment") == robot.embodiment)
     quality = read(ctx.spark, ctx.layout, ROBOT_QUALITY).where(scope).toPandas().sort_values("episode_id")
     steps = read(ctx.spark, ctx.layout, ROBOT_ACTIONS).where(scope)
-    steps = steps.select("hand_state", "reachable", *_STEP_ERRORS).toPandas()
+    steps = steps.select("hand_state", "reachable", *STEP_ERRORS).toPandas()
     violations = tuple(int(quality[k].sum()) for k in _VIOLATIONS)
-    errors = [steps[c].to_numpy(float) for c in _STEP_ERRORS]
+    errors = [steps[c].to_numpy(float) for c in STEP_ERRORS]
     reachable = steps["reachable"].fillna(False).to_numpy(bool)
     pooled = retarget_figures(steps["hand_state"].to_numpy(object), reachable, *errors, violations)
     tolerance_columns = ["position_tol_m", "approach_tol_rad", "closing_tol_rad"]

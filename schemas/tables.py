@@ -412,7 +412,7 @@ ACTIONS = TableSchema(
 
 ROBOT_ACTIONS = TableSchema(
     name="robot_actions",
-    version="3",
+    version="4",
     key=("episode_id", "embodiment", "identity", "step_idx"),
     partition_key="episode_id",
     arrow=pa.schema(
@@ -432,7 +432,8 @@ ROBOT_ACTIONS = TableSchema(
             pa.field("gripper", pa.float64()),  # gripper command (profile units); null: no hand, or a hand
             pa.field("ee_target_base", _F64_LIST),  # wanted (smoothed) tool pose in the robot base, 4x4; arms
             pa.field("ee_base", _F64_LIST),  # reached tool pose, 4x4 row-major; arms
-            pa.field("ee_error_m", pa.float32()),  # arm: tool position error; hand: mean vector error
+            pa.field("ee_error_m", pa.float32()),  # arm: tool to the smoothed target; hand: vector error
+            pa.field("hand_error_m", pa.float32()),  # arm: tool to the hand's own target; hand: as above
             pa.field("ee_error_rad", pa.float32()),  # rotation error to the target as the profile keeps it
             pa.field("reachable", pa.bool_()),  # within the profile's tolerances; false: flagged, not used
             pa.field("hand_state", pa.string()),  # observed | filled (valid); missing | beyond_reach (not)
@@ -446,7 +447,7 @@ ROBOT_ACTIONS = TableSchema(
 
 ROBOT_QUALITY = TableSchema(
     name="robot_quality",
-    version="1",
+    version="2",
     key=("episode_id", "embodiment"),
     partition_key="episode_id",
     arrow=pa.schema(
@@ -466,8 +467,10 @@ ROBOT_QUALITY = TableSchema(
             pa.field("reachable_steps", pa.int64()),  # valid and within the profile's tolerances
             pa.field("valid_fraction", pa.float64()),
             pa.field("reachable_fraction", pa.float64()),  # of the valid steps
-            pa.field("position_error_median_m", pa.float64()),  # tool (arm) or keypoint-vector (hand) error
+            pa.field("position_error_median_m", pa.float64()),  # tool to the hand (arm); vector error (hand)
             pa.field("position_error_p95_m", pa.float64()),
+            pa.field("tracking_error_median_m", pa.float64()),  # tool to the smoothed target (arm)
+            pa.field("tracking_error_p95_m", pa.float64()),
             pa.field("approach_error_median_rad", pa.float64()),
             pa.field("approach_error_p95_rad", pa.float64()),
             pa.field("closing_error_median_rad", pa.float64()),

@@ -80,6 +80,7 @@ __all__ = [
     "GRAVITY_COLUMN",
     "HAND_COLUMNS",
     "SCALE_COLUMNS",
+    "STEP_ERRORS",
     "OUTPUT_SCHEMA",
     "USER_SCALE_HINT",
     "load_embodiments",
@@ -102,6 +103,10 @@ GRAVITY_COLUMN = "gravity_dir_world"
 SCALE_COLUMNS: tuple[str, ...] = ("metres_per_unit", "metres_per_unit_std")
 #: The camera centre per frame (camera_poses, map units; times hands_world's `metres_per_unit`).
 CAMERA_COLUMN = "world_from_cam_t_m"
+#: `robot_actions`' per-step error columns in `pose_core.retarget.quality.retarget_figures`' order: to the
+#: hand, to the smoothed target (tracking), the axes, the smoothing shift.
+STEP_ERRORS: tuple[str, ...] = ("hand_error_m", "ee_error_m", "approach_error_rad", "closing_error_rad",
+                                "target_shift_m")
 #: The stage's output: `robot_actions` and `robot_quality` rows stacked.
 OUTPUT_SCHEMA = union_schema([ROBOT_ACTIONS, ROBOT_QUALITY])
 #: How a user gives a metric scale when the episode has none (conf/embodiments/README.md).
@@ -223,6 +228,7 @@ def _no_rows(emb: Embodiment, track: _Track, reason: str | None) -> dict[str, ob
         (
             "gripper",
             "ee_error_m",
+            "hand_error_m",
             "ee_error_rad",
             "approach_error_rad",
             "closing_error_rad",
@@ -266,6 +272,7 @@ def _arm(
     figures = retarget_figures(
         track.states,
         res.reachable,
+        res.hand_error_m,
         res.ee_error_m,
         res.approach_error_rad,
         res.closing_error_rad,
@@ -275,6 +282,7 @@ def _arm(
     per_step = {
         "gripper": res.gripper,
         "ee_error_m": res.ee_error_m,
+        "hand_error_m": res.hand_error_m,
         "ee_error_rad": res.ee_error_rad,
         "approach_error_rad": res.approach_error_rad,
         "closing_error_rad": res.closing_error_rad,
@@ -306,11 +314,13 @@ def _hand(
         res.joint_positions, 1.0 / emb.control_fps, (emb.lower, emb.upper), emb.velocity, emb.acceleration
     )
     nan = np.full(len(track.ts), np.nan)
-    figures = retarget_figures(track.states, valid, res.vector_error_m, nan, nan, nan, violations)
+    error = res.vector_error_m
+    figures = retarget_figures(track.states, valid, error, error, nan, nan, nan, violations)
     columns = {
         **_no_rows(emb, track, None),
         "joint_positions": _rows_on_axis(res.joint_positions, valid),
-        "ee_error_m": np.where(valid, res.vector_error_m, np.nan),
+        "ee_error_m": np.where(valid, error, np.nan),
+        "hand_error_m": np.where(valid, error, np.nan),
         "reachable": valid,
     }
     return columns, figures
@@ -331,7 +341,7 @@ def _quality_row(
 
     keys = ("limit_violations", "speed_violations", "acceleration_violations")
     violations = tuple(sum(int(h["figures"][k]) for h in hands.values()) for k in keys)
-    errors = [pooled(c) for c in ("ee_error_m", "approach_error_rad", "closing_error_rad", "target_shift_m")]
+    errors = [pooled(c) for c in STEP_ERRORS]
     states = np.concatenate([t.states for t, _ in parts])
     figures = retarget_figures(states, pooled("reachable", bool), *errors, violations)
     is_arm = emb.kind == "arm"

@@ -8,9 +8,11 @@ Convention:
     (`pose_core.retarget.orientation`): what of the hand's orientation the tool keeps.
 
 Algorithm:
-    The targets are smoothed run by run (`pose_core.retarget.smoothing.smooth_tool_poses`): every
-    error below is against the smoothed target, and ``target_shift_m`` says how far smoothing moved
-    it from the hand. The first valid step is solved from the home pose; if that fails, from it, home and
+    The targets are smoothed run by run (`pose_core.retarget.smoothing.smooth_tool_poses`): the arm
+    follows the smoothed target, and the reachability flags and ``ee_error_*`` are against it;
+    ``target_shift_m`` says how far smoothing moved it from the hand, and ``hand_error_m`` is the
+    tool's distance to the hand's own (unsmoothed) target, the error a replay onto the hand sees.
+    The first valid step is solved from the home pose; if that fails, from it, home and
     ``restarts`` random seeds at once, keeping the solution within reach nearest to home (else the
     best). Later steps are solved in chunks of ``chunk_frames``: every step of a chunk starts from the
     last solved step and is bounded by the joint limits and by the velocity box
@@ -129,7 +131,9 @@ class RetargetResult:
         base_from_tcp_target: wanted (smoothed) tool poses, robot base frame, ``(F, 4, 4)`` (NaN: no target).
         base_from_tcp: tool poses the joints reach, ``(F, 4, 4)``.
         target_shift_m: how far smoothing moved the target position from the hand's, base frame, ``(F,)``.
-        ee_error_m: tool position error, metres, ``(F,)`` (NaN where no target).
+        ee_error_m: tool position error to the smoothed target (tracking), metres, ``(F,)`` (NaN: no target).
+        hand_error_m: tool position error to the hand's unsmoothed target, metres, ``(F,)`` (NaN: no target);
+            at most ``ee_error_m + target_shift_m``.
         ee_error_rad: geodesic angle to the kept target rotation, radians, ``(F,)`` (NaN where no target).
         approach_error_rad: approach-axis error (`pose_core.retarget.orientation`), ``(F,)``.
         closing_error_rad: closing-axis error, ``(F,)``.
@@ -148,6 +152,7 @@ class RetargetResult:
     base_from_tcp: FloatArray
     target_shift_m: FloatArray
     ee_error_m: FloatArray
+    hand_error_m: FloatArray
     ee_error_rad: FloatArray
     approach_error_rad: FloatArray
     closing_error_rad: FloatArray
@@ -475,6 +480,7 @@ def retarget_wrist_trajectory(  # noqa: PLR0913 - the trajectory, its timing and
     logger.debug("%s: %d steps, %d with a hand, %d reachable", emb.name, frames, int(valid.sum()),
                  int(reachable.sum()))
     shift = np.linalg.norm(tcp_targets[:, :3, 3] - raw[:, :3, 3], axis=1)
+    to_hand = np.linalg.norm(base_from_tcp[:, :3, 3] - raw[:, :3, 3], axis=1)
     return RetargetResult(emb.model.joint_names, q, _gripper(emb, grip_aperture_m, ts_s), world_from_base,
-                          valid, tcp_targets, base_from_tcp, shift, err_m, err_rad, approach, closing,
-                          reachable, limit, speed, accel)
+                          valid, tcp_targets, base_from_tcp, shift, err_m, to_hand, err_rad, approach,
+                          closing, reachable, limit, speed, accel)

@@ -50,6 +50,7 @@ class TestReachableTrajectories:
         # The result's own errors are against its smoothed targets, which stay on a smooth motion's path.
         own = np.linalg.norm(pose_errors(reached, result.base_from_tcp_target)[0], axis=1)
         np.testing.assert_allclose(own, result.ee_error_m, atol=1e-9)
+        np.testing.assert_allclose(pos, result.hand_error_m, atol=1e-9)  # to the hand: the unsmoothed poses
         assert result.target_shift_m.max() <= 0.02  # within 2 cm, at its ends (where the fit is one-sided)
         q = result.joint_positions
         assert np.all(q >= arm.lower) and np.all(q <= arm.upper)

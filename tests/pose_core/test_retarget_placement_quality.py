@@ -91,21 +91,23 @@ class TestQuality:
         reachable = np.array([True] * 7 + [False] * 3)
         error = np.array([0.001] * 6 + [0.05, 0.05, np.nan, np.nan])
         nan = np.full(10, np.nan)
-        fig = retarget_figures(states, reachable, error, nan, nan, error, (0, 0, 0))
+        tracking = np.minimum(error, 0.002)  # the tool on the smoothed target, which smoothing moved
+        fig = retarget_figures(states, reachable, error, tracking, nan, nan, error, (0, 0, 0))
         assert (fig.steps, fig.valid_steps, fig.filled_steps, fig.missing_steps, fig.reachable_steps) == (
             10, 8, 2, 2, 7)
         assert fig.valid_fraction == 0.8 and fig.reachable_fraction == 7 / 8
         assert fig.position_error_median_m == pytest.approx(0.001) and fig.position_error_p95_m > 0.015
+        assert fig.tracking_error_p95_m == pytest.approx(0.002)  # close to its target, far from the hand
         assert fig.to_dict()["approach_error_p95_rad"] is None  # NaN becomes null in JSON
         passed, flags, reasons = evaluate_quality(fig, QualityThresholds(), is_arm=True)
         assert not passed and flags == ("position_error",)
-        assert reasons[0].startswith("tool position error p95")
+        assert reasons[0].startswith("tool position error to the hand p95 50.0 mm (to the smoothed target 2")
         assert evaluate_quality(fig, QualityThresholds(), is_arm=False)[0]  # a hand: no tool error check
         low = QualityThresholds(min_valid_fraction=0.9, max_position_error_p95_m=0.1)
         assert evaluate_quality(fig, low, is_arm=True)[1] == ("low_valid",)
         refused = evaluate_quality(fig, QualityThresholds(), True, refused="no metric scale")
         assert refused[1] == ("refused",) and refused[2] == ("retarget refused: no metric scale",)
-        broken = retarget_figures(states, reachable, np.full(10, 0.001), nan, nan, nan, (0, 2, 1))
+        broken = retarget_figures(states, reachable, *[np.full(10, 0.001)] * 2, nan, nan, nan, (0, 2, 1))
         assert evaluate_quality(broken, QualityThresholds(), True)[2] == (
             "0 joint limit, 2 speed and 1 acceleration violations",)
 

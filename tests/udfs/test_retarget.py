@@ -143,7 +143,7 @@ def test_unreachable_stretch_is_flagged(opts: RetargetStageOptions) -> None:
     # Every step has its hand (valid), but a quarter of them miss by far more than 15 mm: the episode fails.
     (row,) = quality.itertuples()
     assert row.valid_fraction == 1.0 and row.reachable_fraction < 0.8 and not row.passed
-    assert list(row.flags) == ["position_error"] and "tool position error p95" in row.reasons[0]
+    assert list(row.flags) == ["position_error"] and "tool position error to the hand p95" in row.reasons[0]
 
 
 def _moved(hands: pd.DataFrame, rot: np.ndarray, shift: tuple[float, float, float]) -> pd.DataFrame:

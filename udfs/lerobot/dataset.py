@@ -137,6 +137,7 @@ def _figure_cells(f: dict) -> str:
         f"{f['steps']} | {_pct(f['valid_fraction'])} | {f['filled_steps']} | {f['missing_steps']} | "
         f"{f['beyond_reach_steps']} | {_pct(f['reachable_fraction'])} | "
         f"{_mm(f['position_error_median_m'])} / {_mm(f['position_error_p95_m'])} | "
+        f"{_mm(f['tracking_error_median_m'])} / {_mm(f['tracking_error_p95_m'])} | "
         f"{_deg(f['approach_error_median_rad'])} / "
         f"{_deg(f['approach_error_p95_rad'])} | {_deg(f['closing_error_median_rad'])} / "
         f"{_deg(f['closing_error_p95_rad'])} | {_mm(f['target_shift_p95_m'])} | {violations} |"
@@ -154,16 +155,19 @@ def _retarget_lines(block: dict) -> list[str]:
         "arm's reach of the camera (missing and beyond-reach steps are masked, never invented). Reachable: a "
         f"valid step within the profile's tolerances (position {_mm(tolerances.get('position_tol_m'))} mm, "
         f"approach {_deg(tolerances.get('approach_tol_rad'))} deg, closing axis "
-        f"{_deg(tolerances.get('closing_tol_rad'))} deg). Errors over valid steps, against the smoothed "
-        "targets in the robot's base frame; shift: how far smoothing moved the targets from the hands. An "
+        f"{_deg(tolerances.get('closing_tol_rad'))} deg) of the smoothed target it follows. Errors over "
+        "valid steps in the robot's base frame: position, the tool to the hand's own wrist target (what a "
+        "replay of the joints through forward kinematics onto the hand sees); tracking, the tool to the "
+        "smoothed target; shift, how far smoothing moved the target from the hand (position <= tracking + "
+        "shift). An "
         f"episode is kept with at least {_pct(thresholds['min_valid_fraction'])} valid steps and a position "
         f"error p95 of at most {_mm(thresholds['max_position_error_p95_m'])} mm (arms). Each episode's base "
         "pose per hand is in `manifest.json` (`retarget.episodes.<id>.hands`).",
         "",
         "| episode | steps | valid | filled | missing | beyond reach | reachable | position mm median / p95 "
-        "| approach deg median / p95 | closing deg median / p95 | shift p95 mm | violations limit / speed / "
-        "accel |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| tracking mm median / p95 | approach deg median / p95 | closing deg median / p95 | shift p95 mm "
+        "| violations limit / speed / accel |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [f"| `{e}` | {_figure_cells(f)}" for e, f in block["episodes"].items()]
     lines.append(f"| **all** | {_figure_cells(block['dataset'])}")
