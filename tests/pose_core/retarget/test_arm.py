@@ -21,7 +21,7 @@ from pose_core.retarget.placement import (
 from pose_core.synth.robot_hands import FPS, joint_trajectory, tcp_poses
 from udfs.robots import load_embodiment
 
-PROFILES = Path(__file__).resolve().parents[2] / "conf" / "embodiments"
+PROFILES = Path(__file__).resolve().parents[3] / "conf" / "embodiments"
 ARMS = ["so100", "so101", "panda", "xarm7"]
 
 

@@ -27,7 +27,7 @@ from pose_core.retarget.quality import (
 from pose_core.synth.robot_hands import joint_trajectory, tcp_poses
 from udfs.robots import load_embodiment
 
-PROFILES = Path(__file__).resolve().parents[2] / "conf" / "embodiments"
+PROFILES = Path(__file__).resolve().parents[3] / "conf" / "embodiments"
 GRAVITY = np.array([0.1, 0.9, 0.4])  # a first camera tilted down: gravity along its y mostly
 
 
