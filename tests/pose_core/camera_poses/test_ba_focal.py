@@ -136,6 +136,7 @@ def test_keyframes_agree_with_the_refined_camera(synth_episode):
         assert np.median(err_px) < 0.5, kf.frame_idx  # pixel noise 0.3 px per axis
 
 
+@pytest.mark.slow
 def test_episode_prior_12_percent_long_breaks_tracking_and_the_prior_is_kept(synth_episode):
     """Known limit: the prior focal is used by tracking too; here (fast head turns, focal 12 % long)
     tracking drifts (ATE 7 %) and BA fits a focal 33 % long (666 px, std 0.7 %) to the broken map,
@@ -161,6 +162,7 @@ def test_calibrated_camera_is_not_refined(synth_episode):
     assert ate == ate_plain
 
 
+@pytest.mark.slow
 def test_kitti_forward_drive_keeps_the_70_degree_prior():
     """KITTI seq. 1 (51 frames, 60 m, 1.3 degrees of rotation) from the 70-degree prior (875 px; true
     707 px): straight driving cannot tell the focal from the scene depth (refined 852 +- 56 px), so

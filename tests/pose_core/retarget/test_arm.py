@@ -90,6 +90,7 @@ class TestBasePlacement:
 
 
 class TestUnreachable:
+    @pytest.mark.slow
     def test_stretch_out_of_reach_is_flagged(self, arm: Embodiment) -> None:
         ts, q_true = joint_trajectory(arm, 180, 2)
         targets = tcp_poses(arm, q_true)

@@ -67,6 +67,7 @@ class TestBaseSearch:
         drop = (start[:3, 3] - base[:3, 3]) @ (-GRAVITY / np.linalg.norm(GRAVITY))
         assert drop == pytest.approx(0.3, abs=0.06)
 
+    @pytest.mark.slow
     def test_ik_probes_reach_a_robot_made_path(self, panda: Embodiment) -> None:
         targets = _world_targets(panda)
         opts = RetargetOptions()
