@@ -57,7 +57,7 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q
 
-## test-fast: everything that needs no Spark.
+## test-fast: everything that needs no Spark and is not marked slow (the heaviest CPU tests).
 test-fast: setup
 	$(PY) -m pytest -q -m "not spark and not slow"
 

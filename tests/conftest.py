@@ -1,5 +1,8 @@
 """Shared fixtures: one local Spark session for the whole test run, the ingest corpus and one pipeline run
-over it, temp output folders."""
+over it, one `egolake demo` run, temp output folders.
+
+The shared runs are read-only: a test that re-runs stages or adds episodes works on a copy
+(`tests.jobs.tables_util.copy_output`)."""
 
 from __future__ import annotations
 
@@ -52,7 +55,7 @@ def corpus_run(spark, corpus, tmp_path_factory) -> tuple[str, object, object]:
     """The corpus through ingest and priors, uninterrupted (`batch_episodes=8`): (output, config, summary).
 
     Read-only: the framework tests share it as their first run and reference; a test that re-runs stages
-    works on a copy (`shutil.copytree`; Delta tables hold relative paths).
+    works on a copy (`copy_output`).
     """
     from jobs.config import load_config
     from jobs.pipeline import run_pipeline
@@ -61,3 +64,19 @@ def corpus_run(spark, corpus, tmp_path_factory) -> tuple[str, object, object]:
     out = str(tmp_path_factory.mktemp("corpus_run"))
     cfg = load_config([], ["batch_episodes=8"])
     return out, cfg, run_pipeline(spark, cfg, str(root), out, until_stage="priors")
+
+
+@pytest.fixture(scope="session")
+def demo_run(spark, tmp_path_factory) -> tuple[str, object, object]:
+    """`egolake demo` with the default configuration (`jobs.cli.run_demo`: the generated 5-s clip through
+    every stage, ending in dataset hands/v1): (output, config, summary). The sample is under OUTPUT/sample.
+
+    Read-only: the export tests share it; a test that re-runs stages or adds episodes
+    works on a copy (`copy_output`).
+    """
+    from jobs.cli import run_demo
+    from jobs.config import load_config
+
+    out = str(tmp_path_factory.mktemp("demo"))
+    cfg = load_config([], [])
+    return out, cfg, run_demo(spark, cfg, out)

@@ -21,3 +21,12 @@ def test_architecture_doc_names_every_table():
     text = (DOCS / "ARCHITECTURE.md").read_text(encoding="utf-8")
     for name in TABLES:
         assert f"| {name} |" in text, name
+
+
+def test_test_files_named_in_the_docs_exist():
+    """Tests move with the packages they mirror; the docs' pointers to them must follow."""
+    import re
+
+    repo = DOCS.parent
+    named = {m for doc in DOCS.glob("*.md") for m in re.findall(r"tests/[\w/]+\.py", doc.read_text("utf-8"))}
+    assert named and sorted(p for p in named if not (repo / p).is_file()) == []

@@ -33,8 +33,8 @@ normalised coordinates). The focal and ``k1`` border the reduced camera system t
 right-hand sides more); ``k1`` is kept at 0, with the reason, when its posterior standard deviation
 is above ``radial_max_std`` or it leaves ``radial_range``.
 
-All array math takes an ``xp`` module: numpy on CPU, cupy on GPU (``test_camera_poses_ba_gpu.py``
-compares the two; it passed on an H200 with cupy 14.2).
+All array math takes an ``xp`` module: numpy on CPU, cupy on GPU
+(``tests/pose_core/camera_poses/test_ba_gpu.py`` compares the two; it passed on an H200 with cupy 14.2).
 ``optimize_pose`` is the motion-only special case (points fixed) used by tracking and completion.
 """
 

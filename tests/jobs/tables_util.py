@@ -1,9 +1,12 @@
-"""Reading an output's tables in tests, comparing two outputs without their lineage columns, and copying
-an episode's upstream rows under another id (a second episode without a second pipeline run)."""
+"""Reading an output's tables in tests, comparing two outputs without their lineage columns, copying a
+shared run's output (the session's runs are read-only) and an episode's upstream rows under another id (a
+second episode without a second pipeline run)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
+from pathlib import Path
 
 import pandas as pd
 
@@ -27,6 +30,13 @@ def content(spark, out: str, name: str) -> pd.DataFrame:
     schema = schema_of(name)
     df = table(spark, out, name).drop(columns=_LINEAGE)
     return df.sort_values(list(schema.key)).reset_index(drop=True)
+
+
+def copy_output(src: str, dest: Path) -> str:
+    """A private copy of a shared run's output (tables, datasets, QA pages, sample) at `dest`, for a test
+    that re-runs stages: Delta tables hold relative paths, so a copied folder is a whole output."""
+    shutil.copytree(src, dest)
+    return str(dest)
 
 
 def copy_episode(

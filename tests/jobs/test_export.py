@@ -1,8 +1,8 @@
-"""Stage export on local Spark + Delta, from `egolake demo` (`jobs.cli.run_demo`: the generated 5-s clip
-through every stage): the demo's dataset loads in lerobot and its values equal the world tables it came
-from; then a table-level copy of the demo episode as a second one (a second pipeline episode would double
-the module's cost), exported by two executors; then versions, "nothing changed", QA exclusions and
-rollback. One demo run is shared by the module (module-scoped fixture)."""
+"""Stage export on local Spark + Delta, from `egolake demo` (the session's `demo_run`: the generated 5-s
+clip through every stage): the demo's dataset loads in lerobot and its values equal the world tables it
+came from; then, on a copy of the demo's output, a table-level copy of the demo episode as a second one (a
+second pipeline episode would double the cost), exported by two executors; then versions, "nothing
+changed", QA exclusions and rollback."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import os
 import numpy as np
 import pytest
 
-from tests.jobs.tables_util import copy_episode
+from tests.jobs.tables_util import copy_episode, copy_output
 from tests.jobs.tables_util import table as _table
-from tests.udfs.lerobot_load import load_with_lerobot
+from tests.udfs.lerobot.lerobot_load import load_with_lerobot
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -22,23 +22,12 @@ COPY_ID = "c0ffee0000000000"
 
 
 @pytest.fixture(scope="module")
-def demo_run(spark, tmp_path_factory):
-    """`egolake demo` with the default configuration: every stage, ending in dataset hands/v1."""
-    from jobs.cli import run_demo
-    from jobs.config import load_config
-
-    out = str(tmp_path_factory.mktemp("demo"))
-    cfg = load_config([], [])
-    summary = run_demo(spark, cfg, out)
-    return out, cfg, summary
-
-
-@pytest.fixture(scope="module")
-def pipeline_run(spark, demo_run):
-    """The demo's episode plus its copy, exported again (v2, two episodes)."""
+def pipeline_run(spark, demo_run, tmp_path_factory):
+    """A copy of the demo's output with its episode plus a copy of it, exported again (v2, two episodes)."""
     from jobs.pipeline import run_pipeline
 
-    out, cfg, _ = demo_run
+    src, cfg, _ = demo_run
+    out = copy_output(src, tmp_path_factory.mktemp("export") / "out")
     copy_episode(spark, out, _table(spark, out, "videos")["episode_id"].iat[0], COPY_ID)
     summary = run_pipeline(spark, cfg, None, out, stages=["export"])
     return out, cfg, summary

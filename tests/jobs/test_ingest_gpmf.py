@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from tests.jobs.tables_util import table
-from tests.udfs.gpmf_files import CLIPS, damaged_copy, payload_positions
+from tests.udfs.media.gpmf_files import CLIPS, damaged_copy, payload_positions
 
 pytestmark = pytest.mark.spark
 

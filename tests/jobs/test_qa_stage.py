@@ -16,8 +16,8 @@ import pytest
 
 from jobs.qa import STAGE
 from tests.jobs.tables_util import table as _table
-from tests.udfs.qa_browser import VIEWS, changed_pixels, check_pages
-from tests.udfs.qa_tables import EPISODE, inject_scale_jump, synth_tables
+from tests.udfs.qa_report.qa_browser import VIEWS, changed_pixels, check_pages
+from tests.udfs.qa_report.qa_tables import EPISODE, inject_scale_jump, synth_tables
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -22,7 +22,7 @@ import pytest
 
 from tests.jobs.tables_util import copy_episode
 from tests.jobs.tables_util import table as _table
-from tests.udfs.lerobot_load import load_with_lerobot
+from tests.udfs.lerobot.lerobot_load import load_with_lerobot
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

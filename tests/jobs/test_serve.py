@@ -25,8 +25,8 @@ import pytest
 
 from jobs import datasets
 from jobs.serve import JOB_GROUP, TOKEN_ENV
-from tests.udfs.qa_browser import VIEWS, changed_pixels, check_pages
-from tests.udfs.qa_tables import EPISODE, write_qa_pages
+from tests.udfs.qa_report.qa_browser import VIEWS, changed_pixels, check_pages
+from tests.udfs.qa_report.qa_tables import EPISODE, write_qa_pages
 
 pytestmark = pytest.mark.spark
 

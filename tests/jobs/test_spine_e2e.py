@@ -8,11 +8,9 @@ stage tests.
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
-from tests.jobs.tables_util import DATA_TABLES
+from tests.jobs.tables_util import DATA_TABLES, copy_output
 from tests.jobs.tables_util import table as _table
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
@@ -24,9 +22,7 @@ UNTIL = "priors"
 def first_run(corpus_run, tmp_path_factory):
     """A copy of the session's corpus run (ingest..priors, `batch_episodes=8`): these tests re-run stages."""
     src, cfg, summary = corpus_run
-    out = str(tmp_path_factory.mktemp("spine") / "out")
-    shutil.copytree(src, out)
-    return out, cfg, summary
+    return copy_output(src, tmp_path_factory.mktemp("spine") / "out"), cfg, summary
 
 
 def _counts(spark, out):

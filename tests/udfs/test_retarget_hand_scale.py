@@ -26,6 +26,8 @@ from udfs.multi_output import TABLE_COLUMN, split_tables
 from udfs.options import RetargetStageOptions
 from udfs.retarget import load_embodiments, retarget_episode
 
+pytestmark = pytest.mark.slow
+
 logger = logging.getLogger(__name__)
 
 MPU = 0.25  # true metres per map unit

@@ -1,7 +1,7 @@
 """The ba unit refines an uncalibrated focal and completion uses it (pandas, without Spark).
 
-Tracks of the synthetic head motion (`tests.pose_core.synth_tracks`, true focal 500 px) go through
-tracking -> ba -> completion as one shard of `feature_view` rows: without a calibration sidecar the
+Tracks of the synthetic head motion (`tests.pose_core.camera_poses.synth_tracks`, true focal 500 px)
+go through tracking -> ba -> completion as one shard of `feature_view` rows: without a calibration sidecar the
 camera is the 70-degree prior (457 px, 8.6 % short), with one it is calibrated.
 """
 
@@ -15,7 +15,7 @@ from pose_core.camera_poses.completion import CompletionOptions
 from pose_core.camera_poses.evaluation import evaluate_trajectory
 from pose_core.camera_poses.self_calibration import SelfCalibrationOptions
 from schemas.tables import FRAMES
-from tests.pose_core.synth_tracks import FOCAL_PX, FPS, HEIGHT, WIDTH, synthetic_tracks
+from tests.pose_core.camera_poses.synth_tracks import FOCAL_PX, FPS, HEIGHT, WIDTH, synthetic_tracks
 from udfs.camera_tables import world_from_cam_from_columns
 from udfs.ingest import calibration_to_json
 from udfs.media.sidecars import Calibration

@@ -16,7 +16,7 @@ frame 0), else by the median offset between `STMP` and the container's payload s
 Axes (`CAM_FROM_GOPRO`): GoPro's labelled IMU axes are X = camera left, Y = camera back (out of
 the rear screen), Z = camera up (a right-handed frame), so in the camera frame (OpenCV: x right,
 y down, z forward) a sample is (-X, -Z, -Y). Verified on the two real clips in
-`../shared/data/gpmf_samples` (tests/udfs/test_media_gpmf.py): at rest the accelerometer reads
+`../shared/data/gpmf_samples` (tests/udfs/media/test_gpmf.py): at rest the accelerometer reads
 +9.7 m/s^2 on Z with the image upright (Z up); the gyroscope's rotation about camera y correlates
 with the image's horizontal flow (yaw); the sideways specific force follows yaw rate times forward
 speed (centripetal) with a positive slope of 4.5 m/s (drone) and 1.6 m/s (walking) only when X is

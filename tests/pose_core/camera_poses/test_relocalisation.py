@@ -88,6 +88,7 @@ def _run(feats, cam):
     return tracked, complete_poses(tracked, feats, cam)
 
 
+@pytest.mark.slow
 def test_blackout_relocalises_in_the_same_world(seven_scenes):
     """Real handheld kitchen: frames 100-109 see nothing, then every track is new; frame 110 (descriptors)
     finds the map by appearance and the episode stays one world frame."""

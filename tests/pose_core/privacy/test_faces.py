@@ -104,6 +104,7 @@ def _hand_boxes(images: list[np.ndarray]) -> list[np.ndarray]:
     return boxes
 
 
+@pytest.mark.slow
 def test_detections_on_the_wearers_hands_stay_sharp_and_faces_beside_hands_do_not(blurrer, photos):
     cap = cv2.VideoCapture(str(SHARED_DATA / "hands_dexretargeting" / "human_hand_video.mp4"))
     frames, k = [], 0

@@ -75,6 +75,7 @@ def test_the_hands_give_metres_per_unit_within_5_percent_with_a_covering_error(e
             assert low < 0.02, (m.frame_pos[0], low)
 
 
+@pytest.mark.slow
 def test_the_answer_follows_the_maps_units(episode):
     """The same map in units a third as large: a third of the metres per unit, same relative error."""
     rng = np.random.default_rng(0)
@@ -104,6 +105,7 @@ def test_without_mapped_surfaces_near_the_hands_it_is_refused_with_the_reason(ep
     assert "have a support plane" in scale_from_hand_contact(still, HandScaleOptions()).reason
 
 
+@pytest.mark.slow
 def test_hands_that_never_rest_are_refused(episode):
     """A speed limit below any hand's speed: no moment, no scale (not a guess from moving hands)."""
     rng = np.random.default_rng(0)

@@ -1,6 +1,6 @@
 """Load an exported dataset with lerobot's own `LeRobotDataset` and dump every frame (run by lerobot's venv).
 
-    <lerobot python> tests/udfs/lerobot_load.py DATASET_ROOT OUT.npz
+    <lerobot python> tests/udfs/lerobot/lerobot_load.py DATASET_ROOT OUT.npz
 
 Iterates every frame through `dataset[i]` (the path a training loader takes: parquet, tasks and
 video decoding) and saves the values as arrays for the egolake side of the test to check.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def lerobot_python() -> Path:

@@ -13,9 +13,9 @@ from conf.models import model_path
 from pose_core.errors import ShapeError
 from pose_core.hands import HandEstimator, MediaPipeHandEstimator, MediaPipeOptions, hand_box, hand_mask
 from pose_core.hands.rois import palm_anchors
+from tests.data_paths import SHARED_DATA as DATA
 from udfs.models import hand_model_paths
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 VIDEO = DATA / "hands_dexretargeting" / "human_hand_video.mp4"
 HAMER = DATA / "hands_hamer_images"
 logger = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from schemas.tables import QA
-from tests.udfs.qa_browser import VIEWS, changed_pixels, check_pages
-from tests.udfs.qa_tables import (
+from tests.udfs.qa_report.qa_browser import VIEWS, changed_pixels, check_pages
+from tests.udfs.qa_report.qa_tables import (
     EPISODE,
     inject_identity_switch,
     inject_scale_jump,

@@ -14,7 +14,7 @@ from scipy.integrate import cumulative_trapezoid
 from pose_core.errors import MetadataError
 from pose_core.geometry.rigid3 import quat_wxyz_from_matrix, so3_exp
 from pose_core.hands import EpisodeFrames, FusionOptions
-from tests.udfs.gpmf_files import CLIPS, damaged_copy, frame_times, payload_positions
+from tests.udfs.media.gpmf_files import CLIPS, damaged_copy, frame_times, payload_positions
 from udfs.fusion import episode_imu_scale
 from udfs.ingest import probe_row
 from udfs.media.gpmf_imu import imu_rows

@@ -21,7 +21,7 @@ from scipy.integrate import cumulative_trapezoid
 from scipy.ndimage import uniform_filter1d
 
 from pose_core.errors import MetadataError
-from tests.udfs.gpmf_files import CLIPS, SAMPLES, frame_times
+from tests.udfs.media.gpmf_files import CLIPS, SAMPLES, frame_times
 from udfs.media.gpmf import parse_klv, read_payload
 from udfs.media.gpmf_imu import CAM_FROM_GOPRO, GpmfImu, PayloadBytes, imu_from_payloads, imu_rows
 from udfs.media.imu import read_embedded_imu, read_gpmf_payloads

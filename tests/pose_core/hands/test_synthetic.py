@@ -101,6 +101,7 @@ def test_fit_rejects_bad_shapes(episode):
     assert not fit_hand(HandObservation(few, 1.0, "left", 1.0), episode.K).valid
 
 
+@pytest.mark.slow
 def test_world_mpjpe_with_noise_and_dropouts(episode):
     obs = _observe(episode, np.random.default_rng(0))
     world, seen = _fit_world(episode, obs)
@@ -115,6 +116,7 @@ def test_world_mpjpe_with_noise_and_dropouts(episode):
     assert err.mean() <= 0.020
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_scale", [1.0, 1.15])
 def test_world_mpjpe_with_realistic_shape_noise_holds_hand_size(episode, model_scale):
     """At 4 mm shape noise the model shape's per-frame size is too noisy; one size per hand keeps MPJPE
@@ -250,6 +252,7 @@ def _gap_truth(ts, kp, trusted, opts):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_gap_filling_rules(seed):
     ep = generate_episode(SynthOptions(num_frames=600, seed=seed))

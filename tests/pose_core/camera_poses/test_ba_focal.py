@@ -23,9 +23,9 @@ from pose_core.camera_poses.tracking import track_episode
 from pose_core.geometry.camera import Camera
 from pose_core.geometry.interop import world_from_cam_from_kitti_rows
 from tests.data_paths import SHARED_DATA
-from tests.pose_core.synth_tracks import HEIGHT, WIDTH, synthetic_tracks
-from tests.pose_core.test_camera_poses_ba import FOCAL_PX
-from tests.pose_core.test_camera_poses_ba import prior_focal_problem as _prior_problem
+from tests.pose_core.camera_poses.synth_tracks import HEIGHT, WIDTH, synthetic_tracks
+from tests.pose_core.camera_poses.test_ba import FOCAL_PX
+from tests.pose_core.camera_poses.test_ba import prior_focal_problem as _prior_problem
 
 KITTI = str(SHARED_DATA / "kitti_vo_seq1")
 
@@ -136,6 +136,7 @@ def test_keyframes_agree_with_the_refined_camera(synth_episode):
         assert np.median(err_px) < 0.5, kf.frame_idx  # pixel noise 0.3 px per axis
 
 
+@pytest.mark.slow
 def test_episode_prior_12_percent_long_breaks_tracking_and_the_prior_is_kept(synth_episode):
     """Known limit: the prior focal is used by tracking too; here (fast head turns, focal 12 % long)
     tracking drifts (ATE 7 %) and BA fits a focal 33 % long (666 px, std 0.7 %) to the broken map,
@@ -161,6 +162,7 @@ def test_calibrated_camera_is_not_refined(synth_episode):
     assert ate == ate_plain
 
 
+@pytest.mark.slow
 def test_kitti_forward_drive_keeps_the_70_degree_prior():
     """KITTI seq. 1 (51 frames, 60 m, 1.3 degrees of rotation) from the 70-degree prior (875 px; true
     707 px): straight driving cannot tell the focal from the scene depth (refined 852 +- 56 px), so
@@ -186,7 +188,7 @@ def test_kitti_forward_drive_keeps_the_70_degree_prior():
 def test_radial_distortion_refined_with_the_focal(k1):
     """Pixels of a camera with barrel (or pincushion) distortion ``k1``, normalised with a pinhole prior
     focal 10 % short: BA finds ``k1`` and the focal; without ``k1`` the fit stays worse."""
-    from tests.pose_core.test_camera_poses_ba import _scene
+    from tests.pose_core.camera_poses.test_ba import _scene
 
     rng, rot, trans, pts, cam_idx, pt_idx, _, _ = _scene(4, n_cam=12, outlier_frac=0.0)
     x_in_cam = np.einsum("mij,mj->mi", rot[cam_idx], pts[pt_idx]) + trans[cam_idx]

@@ -27,7 +27,7 @@ from pose_core.retarget.quality import (
 from pose_core.synth.robot_hands import joint_trajectory, tcp_poses
 from udfs.robots import load_embodiment
 
-PROFILES = Path(__file__).resolve().parents[2] / "conf" / "embodiments"
+PROFILES = Path(__file__).resolve().parents[3] / "conf" / "embodiments"
 GRAVITY = np.array([0.1, 0.9, 0.4])  # a first camera tilted down: gravity along its y mostly
 
 
@@ -67,6 +67,7 @@ class TestBaseSearch:
         drop = (start[:3, 3] - base[:3, 3]) @ (-GRAVITY / np.linalg.norm(GRAVITY))
         assert drop == pytest.approx(0.3, abs=0.06)
 
+    @pytest.mark.slow
     def test_ik_probes_reach_a_robot_made_path(self, panda: Embodiment) -> None:
         targets = _world_targets(panda)
         opts = RetargetOptions()

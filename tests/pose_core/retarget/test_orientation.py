@@ -18,7 +18,7 @@ from pose_core.retarget.wrist import wrist_from_keypoints
 from pose_core.synth.robot_hands import joint_trajectory, keypoints_at_wrists, tcp_poses
 from udfs.robots import load_embodiment
 
-PROFILES = Path(__file__).resolve().parents[2] / "conf" / "embodiments"
+PROFILES = Path(__file__).resolve().parents[3] / "conf" / "embodiments"
 
 
 def _load(name: str, shared_data: Path) -> Embodiment:

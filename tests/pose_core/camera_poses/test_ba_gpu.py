@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pose_core.camera_poses.ba import BAOptions, bundle_adjust
-from tests.pose_core.test_camera_poses_ba import _perturbed_problem, prior_focal_problem
+from tests.pose_core.camera_poses.test_ba import _perturbed_problem, prior_focal_problem
 
 pytestmark = pytest.mark.gpu
 

@@ -14,6 +14,8 @@ import pytest
 
 from pose_core.synth import SynthOptions, generate_episode
 
+pytestmark = pytest.mark.slow
+
 logger = logging.getLogger(__name__)
 
 FRAMES = 30

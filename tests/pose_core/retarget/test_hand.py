@@ -16,7 +16,7 @@ from pose_core.synth.scene import SceneOptions
 from pose_core.synth.trajectory import TrajectoryOptions, make_head_trajectory
 from udfs.robots import load_embodiment
 
-PROFILES = Path(__file__).resolve().parents[2] / "conf" / "embodiments"
+PROFILES = Path(__file__).resolve().parents[3] / "conf" / "embodiments"
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.udfs.lerobot_load import load_with_lerobot
+from tests.udfs.lerobot.lerobot_load import load_with_lerobot
+
+pytestmark = pytest.mark.slow
 
 SOURCE_FRAMES = 30
 FPS = 15  # half the source rate: resampling picks source frames by time
