@@ -121,7 +121,8 @@ def test_no_embodiments_writes_nothing(spark, first_run, inputs) -> None:
     assert load_config().embodiments == ()
 
 
-def test_missing_urdf_is_named_before_any_spark_job(spark, inputs, tmp_path) -> None:
+def test_missing_urdf_is_named_before_any_spark_job(spark, inputs, tmp_path, monkeypatch) -> None:
+    import udfs.robots
     from jobs import retarget
     from jobs.stage import StageContext
     from jobs.tables import Layout, Lineage
@@ -129,5 +130,6 @@ def test_missing_urdf_is_named_before_any_spark_job(spark, inputs, tmp_path) -> 
 
     out, cfg, _, _ = inputs
     cfg = replace(cfg, retarget=replace(cfg.retarget, robots_dir=str(tmp_path)))
-    with pytest.raises(InputError, match="so101_new_calib.urdf: URDF file not found"):
+    monkeypatch.setattr(udfs.robots, "packaged_robots_root", lambda: None)  # the installed models neither
+    with pytest.raises(InputError, match=r"URDF not found; looked for .*so101\.urdf"):
         retarget.process(StageContext(spark, cfg, Layout(out), "run-3"), Lineage("run-3", "1", "h"), [GOOD])
