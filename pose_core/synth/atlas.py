@@ -82,7 +82,7 @@ class TextureAtlas:
         grid = np.zeros((rows * cols, 2), np.float32)
         np.multiply(coords_m, row[:, :2], out=grid[:n])
         grid[:n] += row[:, 2:]
-        out = cv2.remap(
+        out = cv2.remap(  # type: ignore[call-overload]  # opencv 5.0's stubs omit map2=None (documented, used)
             self.image, grid.reshape(rows, cols, 2), None, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
         )
         return out.reshape(-1, 3)[:n]
