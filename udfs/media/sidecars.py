@@ -234,10 +234,7 @@ def read_calibration(path: str) -> Calibration:
     """
     raw = _read_bytes(path, "calibration", _MAX_TEXT_SIDECAR_BYTES)
     try:
-        text = raw.decode("utf-8")
-        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
-            raise _bad(path, "calibration uses YAML anchors/aliases (&name, *name): not allowed in a sidecar")
-        doc = yaml.safe_load(text)
+        doc = yaml.load(raw.decode("utf-8"), Loader=_NoAliasLoader)  # noqa: S506 -- a SafeLoader
     except (UnicodeDecodeError, yaml.YAMLError) as err:
         raise _bad(path, f"calibration cannot be read as YAML: {err}") from err
     if not isinstance(doc, dict):
@@ -276,6 +273,15 @@ def read_task(path: str) -> str:
     if not text:
         raise _bad(path, "task text is empty")
     return text
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """`yaml.safe_load` that refuses anchors and aliases: a sidecar never needs them, a YAML bomb does."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("anchors/aliases (&name, *name) are not allowed in a sidecar")
+        return super().compose_node(parent, index)
 
 
 def _read_bytes(path: str, what: str, max_bytes: int) -> bytes:
