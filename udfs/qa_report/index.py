@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import logging
+import math
 
 import pandas as pd
 
@@ -33,8 +34,11 @@ _COST_HEADERS = (
 
 
 def _cell(value: object) -> str:
+    """A table cell: floats to 3 significant digits without exponents, "-" where there is no figure."""
     if isinstance(value, float):
-        return f"{value:.3g}"
+        if math.isnan(value):
+            return "-"
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     return html.escape("" if value is None else str(value))
 
 
