@@ -102,7 +102,7 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
 
 STAGE = Stage(
     name="fusion",
-    version="4",
+    version="5",
     upstream="completion",
     config_sections=("fusion",),
     outputs=(HANDS_WORLD,),

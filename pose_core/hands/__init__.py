@@ -4,7 +4,8 @@ Stages: an estimator (`HandEstimator`; default `MediaPipeHandEstimator`) finds 2
 frame; `fit_hand` places them in metres in the camera frame with a hand-size prior; `hand_box` /
 `hand_mask` feed camera tracking; per episode, `hands_to_world` fuses with `world_from_cam`,
 `assign_identities` names the wearer's hands, `hold_hand_size` gives each hand one size,
-`scale_from_hand_contact` finds the map's metric scale where the hands rest on its surfaces, and
+`smooth_hand_track` smooths each hand's track with a motion model that knows a monocular fit errs in
+depth, `scale_from_hand_contact` finds the map's metric scale where the hands rest on its surfaces, and
 `fill_gaps` fills short, safe misses; `fuse_episode` runs those per-episode steps in order.
 """
 
@@ -23,7 +24,6 @@ from pose_core.hands.fusion import (
     choose_scale,
     hands_to_world,
     hold_hand_size,
-    smooth_track,
 )
 from pose_core.hands.gaps import GapFillResult, GapOptions, fill_gaps
 from pose_core.hands.masks import hand_box, hand_mask
@@ -36,6 +36,7 @@ from pose_core.hands.metric_fit import (
     fit_hand_with_camera,
     fit_keypoints,
 )
+from pose_core.hands.temporal import TemporalOptions, smooth_hand_track
 from pose_core.hands.wearer import WearerAssignment, WearerOptions, assign_identities
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "MediaPipeOptions",
     "ScaleCandidate",
     "ScaleChoice",
+    "TemporalOptions",
     "WearerAssignment",
     "WearerOptions",
     "assign_identities",
@@ -70,6 +72,6 @@ __all__ = [
     "hand_mask",
     "hands_to_world",
     "hold_hand_size",
+    "smooth_hand_track",
     "scale_from_hand_contact",
-    "smooth_track",
 ]

@@ -3,8 +3,8 @@
 The steps, in order: `assign_identities` names every camera-frame fit (wearer_left / wearer_right /
 other_<n>) from motion tracks and wearer geometry; `hold_hand_size` gives each identity one metric
 size; `hands_to_world` maps the fits through the camera poses at the chosen metric scale;
-`smooth_track` smooths each identity over runs of observed frames; `fill_gaps` fills the short,
-safe misses between trusted observations and flags them.
+`smooth_hand_track` smooths each identity's track with a motion model that knows a monocular fit
+errs in depth; `fill_gaps` fills the short, safe misses between trusted observations and flags them.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from pose_core.hands.fusion import (
     choose_scale,
     hands_to_world,
     hold_hand_size,
-    smooth_track,
 )
 from pose_core.hands.gaps import Gap, GapOptions, fill_gaps
+from pose_core.hands.temporal import TemporalOptions, smooth_hand_track
 from pose_core.hands.wearer import WearerAssignment, WearerOptions, assign_identities
 from pose_core.identities import is_wearer
 
@@ -53,10 +53,9 @@ class FusionOptions:
     gaps: GapOptions = field(default_factory=GapOptions)
     # Hold each identity's hand size constant (one metric size per hand, see `hold_hand_size`).
     hold_hand_size: bool = True
-    # Savitzky-Golay window over runs of observed frames, frames (odd; 1 disables smoothing).
-    smooth_window: int = 9
-    # Polynomial order of that smoothing (< smooth_window).
-    smooth_order: int = 2
+    # The hands' motion model: each identity's track smoothed with the monocular fit's noise (see
+    # `pose_core.hands.temporal`).
+    temporal: TemporalOptions = field(default_factory=TemporalOptions)
     # An observation anchors a gap fill only with at least this detector score...
     min_trusted_score: float = 0.8
     # ...and at most this RMS reprojection error of its metric fit, pixels.
@@ -72,17 +71,6 @@ class FusionOptions:
     # Metric scale from the wearer's hands resting on mapped surfaces (needs the map's points), trusted
     # after the stereo pair and the IMU, before the user's value.
     hand_scale: HandScaleOptions = field(default_factory=HandScaleOptions)
-
-    def __post_init__(self) -> None:
-        if (
-            self.smooth_window < 1
-            or self.smooth_window % 2 == 0
-            or self.smooth_order >= max(self.smooth_window, 2)
-        ):
-            raise ValueError(
-                f"smooth_window must be odd >= 1 and smooth_order < smooth_window, got "
-                f"{self.smooth_window}, {self.smooth_order}"
-            )
 
 
 @dataclass(frozen=True)
@@ -282,8 +270,8 @@ def fuse_episode(
         seen[pos[mine]] = True
         trusted = np.zeros(n_frames, bool)
         trusted[pos[mine]] = trusted_obs[mine]
-        if opts.smooth_window > 1:
-            dense = smooth_track(dense, seen, opts.smooth_window, opts.smooth_order)
+        centres, focal_px = metric_world_from_cam[:, :3, 3], float(frames.camera_k[0, 0])
+        dense = smooth_hand_track(dense, seen, frames.ts_s, centres, focal_px, opts.temporal)
         result = fill_gaps(
             frames.ts_s, dense, trusted, metric_world_from_cam, frames.camera_k, frames.image_size, opts.gaps
         )
@@ -333,4 +321,4 @@ def _assemble(
     return FusedHands(
         frame_idx[rows[order]], identity[order], keypoints_world, filled, observation, identity_switch,
         size_factor, scale=scale, gaps=gaps, hand_scale=hand_scale,
-    )
+    )  # fmt: skip

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy.signal import savgol_filter
 
 from pose_core.errors import ShapeError
 
@@ -26,7 +25,6 @@ __all__ = [
     "choose_scale",
     "hands_to_world",
     "hold_hand_size",
-    "smooth_track",
 ]
 
 logger = logging.getLogger(__name__)
@@ -149,26 +147,3 @@ def hands_to_world(
     rot = rot.reshape(rot.shape[:1] + (1,) * extra + (3, 3))
     trans = trans.reshape(trans.shape[:1] + (1,) * extra + (3,))
     return np.einsum("...ij,...j->...i", rot, keypoints_cam) + trans
-
-
-def smooth_track(keypoints: np.ndarray, observed: np.ndarray, window: int = 7, order: int = 2) -> np.ndarray:
-    """Savitzky-Golay smoothing of one hand's keypoints over each run of consecutive observed frames.
-
-    Per-frame fits are noisy mostly in depth (the hand's size in the image); the hand moves smoothly,
-    so a short polynomial fit over time removes most of it. Runs shorter than `window` are kept as they are.
-
-    Args:
-        keypoints: one identity's keypoints, metres, `(F, 21, 3)`.
-        observed: frames with an observation, `(F,)` bool.
-        window: odd window length, frames.
-        order: polynomial order (< window).
-
-    Returns:
-        Smoothed keypoints, `(F, 21, 3)`; unobserved frames unchanged.
-    """
-    out = keypoints.copy()
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], observed.astype(np.int8), [0]])))
-    for start, stop in zip(edges[::2], edges[1::2], strict=True):
-        if stop - start >= window:
-            out[start:stop] = savgol_filter(keypoints[start:stop], window, order, axis=0)
-    return out
