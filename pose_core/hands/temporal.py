@@ -168,7 +168,7 @@ def _transition(dt: float, q: float) -> tuple[FloatArray, FloatArray]:
 
 def _kron3(block: FloatArray) -> FloatArray:
     """`(2, 2)` per-axis block -> `(6, 6)` over state (position xyz, velocity xyz)."""
-    return np.kron(block, np.eye(3))
+    return np.asarray(np.kron(block, np.eye(3)), np.float64)
 
 
 def _measurement_noise(ray: FloatArray, rng: float, noise: TrackNoise) -> FloatArray:
