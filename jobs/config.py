@@ -35,6 +35,7 @@ from udfs.options import (
 
 __all__ = [
     "AlertOptions",
+    "GpuOptions",
     "IngestOptions",
     "MonitoringOptions",
     "PipelineConfig",
@@ -67,6 +68,41 @@ class IngestOptions:
             raise ValueError(f"ingest.shard_frames must be >= 1, got {self.shard_frames}")
         if self.shard_overlap_frames < 0:
             raise ValueError(f"ingest.shard_overlap_frames must be >= 0, got {self.shard_overlap_frames}")
+
+
+@dataclass(frozen=True)
+class GpuOptions:
+    """GPU scheduling on a cluster whose executors have GPUs (Spark's stage-level scheduling).
+
+    Off, every task is CPU-only, as in a local run or CI. On, each task of `stages` asks Spark for
+    `task_amount` GPUs and its CPUs through a `ResourceProfile` on the stage's pandas UDF, runs on the GPU
+    address Spark gives it and caps its threads at its CPUs (`udfs.device`); the other stages keep Spark's
+    default, CPU-only tasks. The cluster side (one executor per GPU, the discovery script) is in
+    conf/spark-gpu.conf. Where a task runs does not change its results, so this is in no stage's hash.
+    """
+
+    # The cluster's executors have GPUs (spark.executor.resource.gpu.amount and a discovery script, see
+    # conf/spark-gpu.conf) under a manager that schedules them: standalone, YARN or Kubernetes (local[N]
+    # cannot: the run stops with this setting named).
+    enabled: bool = False
+    # Stages whose tasks ask for a GPU; the other stages stay CPU-only.
+    stages: tuple[str, ...] = ("priors", "hands", "tracking", "ba", "completion", "fusion")
+    # GPUs per task of those stages: 1 = one such task per GPU at a time; 0.5 or less (1/n) lets n tasks
+    # share one GPU; a whole number above 1 gives a task that many.
+    task_amount: float = 1.0
+    # CPU cores per task of those stages, which are also its torch/OpenCV/BLAS threads; 0 = an executor's
+    # cores times task_amount (all of them for one task per GPU), or spark.task.cpus where
+    # spark.executor.cores is not set.
+    task_cpus: int = 0
+
+    def __post_init__(self) -> None:
+        whole = self.task_amount >= 1 and float(self.task_amount).is_integer()
+        if not (0 < self.task_amount <= 0.5 or whole):
+            raise ValueError(
+                f"gpu.task_amount must be in (0, 0.5] or a whole number (Spark), got {self.task_amount}"
+            )
+        if self.task_cpus < 0:
+            raise ValueError(f"gpu.task_cpus must be >= 0, got {self.task_cpus}")
 
 
 @dataclass(frozen=True)
@@ -122,6 +158,8 @@ class PipelineConfig:
 
     # The Spark session (ignored where one exists already, as under spark-submit).
     spark: SparkOptions = field(default_factory=SparkOptions)
+    # GPU scheduling of the GPU stages on a cluster with GPUs (off: CPU-only tasks, as locally).
+    gpu: GpuOptions = field(default_factory=GpuOptions)
     # Stage ingest: listing, probing, de-duplication, sharding.
     ingest: IngestOptions = field(default_factory=IngestOptions)
     # Stage priors: the per-frame decode pass.

@@ -10,30 +10,37 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from typing import TypeVar
 
 import pandas as pd
 import pyarrow as pa
+from pyspark.resource import ResourceProfile, ResourceProfileBuilder, TaskResourceRequests
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from jobs.config import PipelineConfig
+from jobs.config import GpuOptions, PipelineConfig
 from jobs.tables import Layout, Lineage, append, exists, read
 from schemas import TableSchema
 from schemas.base import spark_schema
 from schemas.tables import RUNS
+from udfs.device import on_task_device
 from udfs.guard import ERROR_KIND, ROW_KIND, PairFn, guarded_map, guarded_pair, guarded_schema, run_unit
 from udfs.multi_output import TABLE_COLUMN, union_schema
 
 __all__ = [
+    "CPU",
     "EpisodeOutcome",
     "GuardedStatus",
+    "Placement",
     "Stage",
     "StageContext",
     "apply_per_episode",
     "cogroup_per_episode",
+    "gpu_profile",
+    "gpu_task_cpus",
     "latest_runs",
     "map_per_shard",
     "read_stacked",
@@ -41,19 +48,106 @@ __all__ = [
     "run_episode_stage",
     "guarded_rows",
     "guarded_status",
+    "stage_placement",
 ]
 
 logger = logging.getLogger(__name__)
 
+F_ = TypeVar("F_", bound=Callable)
+
+
+def _same_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The identity Arrow map that carries a resource profile (see `Placement.schedule`)."""
+    yield from batches
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a stage's tasks run: CPU-only (Spark's default profile) or each on a GPU (`profile`).
+
+    Attributes:
+        profile: the stage-level `ResourceProfile` of its tasks (a GPU amount and CPUs); None: the default.
+    """
+
+    profile: ResourceProfile | None = None
+
+    def wrap(self, fn: F_) -> F_:
+        """A UDF function that, placed on a GPU, first enters its task's device (`udfs.device`)."""
+        return fn if self.profile is None else on_task_device(fn)  # type: ignore[return-value]
+
+    def schedule(self, grouped: DataFrame) -> DataFrame:
+        """The output of a grouped pandas UDF whose tasks run under `profile`.
+
+        `applyInPandas` takes no profile (only `mapInPandas`/`mapInArrow` do, pyspark 4.2), so an identity
+        `mapInArrow` carries it: Spark gives every task of a stage the profile of any RDD in it, and the
+        identity map is in the grouped UDF's stage (same partitions, no shuffle between). It costs one
+        Arrow pass over the UDF's (light) output.
+        """
+        if self.profile is None:
+            return grouped
+        return grouped.mapInArrow(_same_batches, grouped.schema, profile=self.profile)
+
+
+#: Spark's default profile: tasks with `spark.task.cpus` and no GPU.
+CPU = Placement()
+
+
+def gpu_task_cpus(opts: GpuOptions, executor_cores: int | None, task_cpus: int) -> int:
+    """CPUs of a GPU stage's task: `opts.task_cpus`, else an executor's share for `opts.task_amount`.
+
+    Args:
+        opts: the GPU settings.
+        executor_cores: `spark.executor.cores`, None where it is not set (standalone: all a worker's).
+        task_cpus: `spark.task.cpus`, the floor.
+    """
+    if opts.task_cpus:
+        return opts.task_cpus
+    if executor_cores is None:
+        return task_cpus
+    return max(task_cpus, int(executor_cores * min(opts.task_amount, 1.0)))
+
+
+def gpu_profile(cpus: int, gpus: float) -> ResourceProfile:
+    """A task-only resource profile: `cpus` cores and `gpus` GPUs per task (executors as configured)."""
+    return ResourceProfileBuilder().require(TaskResourceRequests().cpus(cpus).resource("gpu", gpus)).build
+
+
+def stage_placement(spark: SparkSession, opts: GpuOptions, stage: str) -> Placement:
+    """`stage`'s placement: a GPU per task when GPUs are on and it is one of `opts.stages`, else `CPU`.
+
+    Raises:
+        ValueError: GPUs are on under a local[N] master, where Spark refuses task resource profiles.
+    """
+    if not (opts.enabled and stage in opts.stages):
+        return CPU
+    master = spark.sparkContext.master
+    if master == "local" or master.startswith("local["):
+        raise ValueError(
+            f"gpu.enabled needs a cluster manager that schedules GPUs (standalone, YARN, Kubernetes); "
+            f"master {master!r} cannot: set gpu.enabled=false"
+        )
+    conf = spark.sparkContext.getConf()
+    executor_cores = conf.get("spark.executor.cores")
+    cpus = gpu_task_cpus(
+        opts, int(executor_cores) if executor_cores else None, int(conf.get("spark.task.cpus", "1") or 1)
+    )
+    logger.info("stage %s: tasks ask for %s GPU and %d CPUs", stage, opts.task_amount, cpus)
+    return Placement(gpu_profile(cpus, opts.task_amount))
+
 
 @dataclass(frozen=True)
 class StageContext:
-    """What every stage gets: the session, the config, where outputs go, and this run's id."""
+    """What every stage gets: the session, the config, where outputs go, this run's id, where tasks run.
+
+    `placement` is set per stage by `run_episode_stage` (`stage_placement`); stages hand it to the
+    framework's UDF helpers.
+    """
 
     spark: SparkSession
     cfg: PipelineConfig
     layout: Layout
     run_id: str
+    placement: Placement = CPU
 
 
 @dataclass(frozen=True)
@@ -223,6 +317,7 @@ def run_episode_stage(
 ) -> list[EpisodeOutcome]:
     """Run `stage` over its episodes in batches; returns every outcome (ok, failed, skipped)."""
     lineage = Lineage(ctx.run_id, stage.version, config_hash)
+    ctx = replace(ctx, placement=stage_placement(ctx.spark, ctx.cfg.gpu, stage.name))
     todo, skip = select_episodes(stage, latest_runs(ctx.spark, ctx.layout), scope, config_hash, force)
     skipped = [EpisodeOutcome(e, "skipped", started=now(), finished=now()) for e in skip]
     record_runs(ctx, stage.name, lineage, skipped)
@@ -300,12 +395,13 @@ def map_per_shard(ctx: StageContext, units: DataFrame, unit_fn: Callable, out_sc
     """Run `unit_fn` once per shard row of `units`, one Spark task per shard, guarded by `udfs.guard`.
 
     `units` holds one light row per (episode_id, shard_idx) (paths and frame ranges, never pixels);
-    the result is the guarded output for `write_guarded`. Tasks are capped at 4 per core.
+    the result is the guarded output for `write_guarded`. Tasks are capped at 4 per core; they run
+    where `ctx.placement` says.
     """
     n_tasks = max(1, min(units.count(), 4 * ctx.spark.sparkContext.defaultParallelism))
-    fn = guarded_map(unit_fn, out_schema.names, ("episode_id", "shard_idx"))
+    fn = ctx.placement.wrap(guarded_map(unit_fn, out_schema.names, ("episode_id", "shard_idx")))
     return units.repartition(n_tasks, "episode_id", "shard_idx").mapInPandas(
-        fn, spark_schema(guarded_schema(out_schema))
+        fn, spark_schema(guarded_schema(out_schema)), profile=ctx.placement.profile
     )
 
 
@@ -327,21 +423,30 @@ def read_stacked(
 
 
 def apply_per_episode(
-    inputs: DataFrame, unit: Callable[[pd.DataFrame], pd.DataFrame], outputs: Sequence[TableSchema]
+    inputs: DataFrame,
+    unit: Callable[[pd.DataFrame], pd.DataFrame],
+    outputs: Sequence[TableSchema],
+    placement: Placement = CPU,
 ) -> DataFrame:
-    """Run `unit` per episode under the guard; the result stacks `outputs` (or is `outputs[0]`'s rows)."""
+    """Run `unit` per episode under the guard, where `placement` says.
+
+    The result stacks `outputs` (or is `outputs[0]`'s rows).
+    """
     schema = union_schema(outputs) if len(outputs) > 1 else outputs[0].arrow
     columns = schema.names
 
     def guarded_unit(pdf: pd.DataFrame) -> pd.DataFrame:
         return run_unit(unit, pdf, columns)
 
-    return inputs.groupBy("episode_id").applyInPandas(guarded_unit, spark_schema(guarded_schema(schema)))
+    fn = placement.wrap(guarded_unit)
+    return placement.schedule(
+        inputs.groupBy("episode_id").applyInPandas(fn, spark_schema(guarded_schema(schema)))
+    )
 
 
 def cogroup_per_episode(
     left: DataFrame, right: DataFrame, unit: PairFn, output: pa.Schema, key: str = "episode_id",
-    partitions: int | None = None,
+    partitions: int | None = None, placement: Placement = CPU,
 ) -> DataFrame:  # fmt: skip
     """Run `unit(left rows, right rows)` per group of `key` under the guard (a failure is its error row).
 
@@ -353,9 +458,10 @@ def cogroup_per_episode(
         key: the grouping column (export groups by its `_slot`; the error row still names `episode_id`).
         partitions: hash-partition both sides by `key` into this many partitions first (so the cogroup
             needs no further shuffle and keeps exactly these tasks); None leaves it to Spark.
+        placement: where the tasks run (`CPU`, or a stage's `ctx.placement`).
     """
     if partitions is not None:
         left, right = left.repartition(partitions, key), right.repartition(partitions, key)
-    fn = guarded_pair(unit, output.names)
+    fn = placement.wrap(guarded_pair(unit, output.names))
     grouped = left.groupBy(key).cogroup(right.groupBy(key))
-    return grouped.applyInPandas(fn, spark_schema(guarded_schema(output)))
+    return placement.schedule(grouped.applyInPandas(fn, spark_schema(guarded_schema(output))))
