@@ -29,11 +29,31 @@ except NameError:
 
 # COMMAND ----------
 
+# MAGIC %md
+# MAGIC ## GPU cluster
+# MAGIC On a cluster whose hosts have GPUs, give it one executor per GPU:
+# MAGIC `spark.executor.resource.gpu.amount 1`, the discovery script `conf/gpu_discovery.sh`
+# MAGIC (`spark.executor.resource.gpu.discoveryScript`), `spark.executor.cores` = cores per host / GPUs per
+# MAGIC host, and leave `spark.task.resource.gpu.amount` unset (on Databricks, which sets it to 1, a small
+# MAGIC fraction such as 0.0625) so that the CPU stages keep every core. `conf/spark-gpu.conf` lists these
+# MAGIC settings. The next cell then turns on `gpu.enabled`: the GPU stages (priors, hands, tracking, ba,
+# MAGIC completion, fusion) ask Spark for a GPU per task and run on it. Without GPUs (or under a local
+# MAGIC master) the pipeline runs CPU-only tasks, as it does on a laptop.
+
+# COMMAND ----------
+
+executor_gpus = spark.conf.get("spark.executor.resource.gpu.amount", None)  # noqa: F821
+GPU_CLUSTER = executor_gpus is not None and not spark.conf.get("spark.master", "local").startswith("local")  # noqa: F821
+GPU_SETTINGS = ["gpu.enabled=true"] if GPU_CLUSTER else []
+GPU_CLUSTER
+
+# COMMAND ----------
+
 # The cluster's session already has Delta, so egolake must not add jars of its own.
 from jobs.config import load_config
 from jobs.pipeline import run_pipeline
 
-cfg = load_config(overrides=["spark.delta_jars=none", "batch_episodes=16"])
+cfg = load_config(overrides=["spark.delta_jars=none", "batch_episodes=16", *GPU_SETTINGS])
 summary = run_pipeline(spark, cfg, INPUT, OUTPUT, resume=True)  # noqa: F821 - the notebook's session
 summary.counts
 
