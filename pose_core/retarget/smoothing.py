@@ -1,9 +1,10 @@
 """Smooth tool targets from estimated hands before an arm follows them.
 
-Estimated hands jitter from frame to frame (keypoint depth noise of a few centimetres and tens of
-degrees of palm roll) far faster than a hand moves or an arm can follow. Retargeting therefore smooths
-the tool targets within each run of steps that have a hand (`smooth_tool_poses`): the position and
-the approach axis by a Savitzky-Golay filter (local quadratic fit, zero phase; positions keep the
+Estimated hands jitter from frame to frame (tens of degrees of palm roll; the keypoints' depth noise
+of a few centimetres is fusion's motion model's, `pose_core.hands.temporal`) far faster than a hand
+moves or an arm can follow. Retargeting therefore smooths the tool targets within each run of steps
+that have a hand (`smooth_tool_poses`): the approach axis (and, when `position_window_s` is set, the
+position) by a Savitzky-Golay filter (local quadratic fit, zero phase; positions keep the
 fitted polynomial at a run's ends, exact for motion up to degree 2, where mirrored ends bent clean
 robot-made paths by up to 4 cm; the axes mirror the ends, where fitted ends swung noisy axes); the
 closing axis of a gripper whose jaws are symmetric as a *line*, by the principal direction of the
@@ -39,11 +40,11 @@ BoolArray = NDArray[np.bool_]
 class SmoothingOptions:
     """Knobs of target smoothing."""
 
-    # Savitzky-Golay window of the tool position, seconds (order 2; 0.67 s at 30 Hz has its -3 dB point
-    # at 1.6 Hz, above most reaching and carrying motion). On the synthetic episodes the estimated wrist's
-    # error to ground truth is a slow bias that windows up to 1 s leave as it is, while the jitter above
-    # ~1.5 Hz asks for tool accelerations of 4-40 m/s^2, beyond a Panda's joints. 0 keeps the positions.
-    position_window_s: float = 0.67
+    # Savitzky-Golay window of the tool position, seconds; 0 keeps the positions. Off by default: fusion's
+    # motion model (`pose_core.hands.temporal`) already smooths the hands with the depth noise they have,
+    # and a second, fixed window only bends real motion (0.67 s at order 2 moved true wrists by 9-11 mm
+    # p95 of the 15 mm budget). For hands from elsewhere that jitter: 0.67 s at order 4 passes ~2.4 Hz.
+    position_window_s: float = 0.0
     # Window of the approach and closing axes, seconds (1 s at 30 Hz: -3 dB at 1 Hz); the estimated palm
     # roll is the noisiest part of a hand (tens of degrees from frame to frame); 0 keeps the rotations.
     orientation_window_s: float = 1.0

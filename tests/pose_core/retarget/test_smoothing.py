@@ -32,11 +32,18 @@ class TestSmoothToolPoses:
         np.testing.assert_allclose(out[ok, :3, 3], positions[ok], atol=1e-12)  # the ends too
         np.testing.assert_allclose(out[ok, :3, :3], np.eye(3)[None].repeat(ok.sum(), 0), atol=1e-12)
 
+    def test_positions_are_kept_by_default(self) -> None:
+        """Fusion's motion model smooths the hands; a second window would only bend real motion."""
+        path = np.stack([0.1 * np.sin(np.arange(120) / FPS)] * 3, axis=1)
+        out = smooth_tool_poses(_poses(path, np.zeros((120, 3))), FPS, SmoothingOptions(), True)
+        np.testing.assert_array_equal(out[:, :3, 3], path)
+
     def test_jitter_is_reduced(self) -> None:
         rng = np.random.default_rng(0)
         truth = np.stack([0.1 * np.sin(np.arange(120) / FPS)] * 3, axis=1)
         noisy = truth + rng.normal(scale=0.01, size=truth.shape)
-        out = smooth_tool_poses(_poses(noisy, np.zeros((120, 3))), FPS, SmoothingOptions(), True)
+        opts = SmoothingOptions(position_window_s=0.67)
+        out = smooth_tool_poses(_poses(noisy, np.zeros((120, 3))), FPS, opts, True)
         before, after = np.abs(noisy - truth)[10:-10].mean(), np.abs(out[:, :3, 3] - truth)[10:-10].mean()
         assert after < 0.4 * before
 
