@@ -55,10 +55,9 @@ def load_estimator(opts: EstimatorOptions) -> HandEstimator:
     """
     if opts not in _ESTIMATORS:
         if opts.kind == "mediapipe":
-            from pose_core.hands import MediaPipeHandEstimator  # noqa: PLC0415
-            from udfs.models import hand_model_paths  # noqa: PLC0415 -- only the default estimator needs it
+            from udfs.models import hand_estimator  # noqa: PLC0415 -- only the default estimator needs it
 
-            _ESTIMATORS[opts] = MediaPipeHandEstimator(*hand_model_paths(), opts.mediapipe)
+            _ESTIMATORS[opts] = hand_estimator(opts.mediapipe)
         else:
             found = [ep for ep in entry_points(group=ESTIMATOR_ENTRY_POINTS) if ep.name == opts.kind]
             if not found:

@@ -11,27 +11,27 @@ import pytest
 
 from conf.models import model_path
 from pose_core.errors import ShapeError
-from pose_core.hands import HandEstimator, MediaPipeHandEstimator, MediaPipeOptions, hand_box, hand_mask
+from pose_core.hands import HandEstimator, MediaPipeOptions, hand_box, hand_mask
 from pose_core.hands.rois import palm_anchors
 from tests.data_paths import SHARED_DATA as DATA
-from udfs.models import hand_model_paths
+from udfs.models import hand_estimator
 
 VIDEO = DATA / "hands_dexretargeting" / "human_hand_video.mp4"
 HAMER = DATA / "hands_hamer_images"
 logger = logging.getLogger(__name__)
 
 
-def _models():
+def _estimator(opts: MediaPipeOptions):
+    pytest.importorskip("ai_edge_litert")
     try:
-        return hand_model_paths()
+        return hand_estimator(opts)
     except FileNotFoundError as err:
         pytest.skip(str(err))
 
 
 @pytest.fixture(scope="module")
 def estimator():
-    pytest.importorskip("ai_edge_litert")
-    return MediaPipeHandEstimator(*_models(), MediaPipeOptions(mode="image"))
+    return _estimator(MediaPipeOptions(mode="image"))
 
 
 def _rgb(path: Path) -> np.ndarray:
@@ -73,8 +73,7 @@ def test_hamer_images(estimator):
 
 @pytest.mark.slow
 def test_real_video_hand_found_in_95_percent(tmp_path):
-    pytest.importorskip("ai_edge_litert")
-    est = MediaPipeHandEstimator(*_models(), MediaPipeOptions(mode="video"))
+    est = _estimator(MediaPipeOptions(mode="video"))
     cap = cv2.VideoCapture(str(VIDEO))
     frames = []
     while True:
