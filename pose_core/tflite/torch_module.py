@@ -101,7 +101,7 @@ class _Op(nn.Module):
             self.register_buffer(name, torch.from_numpy(np.ascontiguousarray(value, np.float32)))
 
     def forward(self, *inputs: Tensor) -> Tensor:
-        return self._fn(dict(self.named_buffers(recurse=False)), *inputs)
+        return self._fn(self._buffers, *inputs)  # the live dict: `.to()` replaces its tensors
 
 
 class TfliteModule(nn.Module):

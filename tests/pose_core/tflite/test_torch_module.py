@@ -133,3 +133,21 @@ def test_unsupported_operator_is_refused_by_name():
 def test_reader_refuses_what_is_not_a_model():
     with pytest.raises(ModelError, match="TFL3"):
         read_tflite(b"\x1c\x00\x00\x00ONNXnot a tflite flatbuffer")
+
+
+def test_constants_follow_the_module_to_another_dtype():
+    """`.to()` moves the operators' weights (what `.to("cuda")` relies on): float64 in, float64 out."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(1, 6, 6, 2))
+    w = rng.normal(size=(3, 3, 3, 2)).astype(np.float32)
+    graph = TfliteGraph(
+        tensors=(_tensor((1, 6, 6, 2)), _tensor(w.shape, w), _tensor((1, 3, 3, 3))),
+        ops=(TfliteOp("CONV_2D", (0, 1, -1), (2,), {"padding": SAME, "strideH": 2, "strideW": 2}),),
+        inputs=(0,),
+        outputs=(2,),
+    )
+    module = TfliteModule(graph).to(torch.float64)
+    with torch.inference_mode():
+        out = module(torch.from_numpy(x))[0]
+    assert out.dtype == torch.float64
+    np.testing.assert_allclose(out.numpy(), _conv_reference(x, w.astype(np.float64), 2, (0, 1)), atol=1e-12)
