@@ -3,7 +3,25 @@
     python -m bench.hands_torch --out DIR [--device cuda] [--batch 64] [--frames 2048] [--threads 1]
 
 No Spark, no Java: the estimator (`pose_core.hands`) with models from the cache (`udfs.models`),
-frames read with OpenCV. Writes `DIR/hands_torch.{json,md}` with the command, machine and date.
+frames read with OpenCV. Writes `DIR/NAME.{json,md}` (`--name`, default `hands_torch`) with the
+command, machine and date; notes below the marker of an existing `NAME.md` are kept.
+
+On a GPU machine that reaches no registry (its python3 has torch, numpy, OpenCV, flatbuffers), carry
+LiteRT (the reference, and the schema code that reads the .tflite), the model cache and the clips:
+here, in the repository's root, with `/.whl/` and `/.bench/` in `.git/info/exclude`:
+
+    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_27_x86_64 -d .whl ai-edge-litert==2.3.0 backports.strenum
+    mkdir -p .bench/data/ego_clips .bench/data/hands_dexretargeting
+    cp -r "${EGOLAKE_HOME:-$HOME/.cache/egolake}/models" .bench/
+    cp ../shared/data/ego_clips/*.mp4 .bench/data/ego_clips/
+    cp ../shared/data/hands_dexretargeting/human_hand_video.mp4 .bench/data/hands_dexretargeting/
+
+there (carry `.whl` and `.bench`; ~33 MB):
+
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \
+    PYTHONPATH=/tmp/site:. EGOLAKE_HOME=.bench EGOLAKE_SHARED_DATA=.bench/data \
+    python3 -m bench.hands_torch --out "$OUT" --name hands_torch_h200 --device cuda --batch 64
 
 1. Parity, on every frame of the shared hand video (long side 640, as the hands stage decodes it) and
    of the three ego clips (native size), LiteRT against torch on `--device`:
@@ -40,7 +58,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from bench.report import SHARED_DATA, provenance
+from bench.report import NOTES_MARKER, SHARED_DATA, kept_notes, provenance
 from pose_core.hands import HandObservation, MediaPipeOptions
 from pose_core.hands.mediapipe_estimator import MediaPipeHandEstimator
 from pose_core.hands.networks import HandNetworks, LandmarkOutputs, PalmOutputs
@@ -173,7 +191,8 @@ def parity(litert: HandNetworks, torch_nets: HandNetworks, image_every: int) -> 
         image = compare_hands(_estimate(tee, "image", sample), _estimate(torch_nets, "image", sample))
         video_litert = _estimate(litert, "video", frames)
         video = compare_hands(video_litert, _estimate(torch_nets, "video", frames))
-        noisy = np.clip(frames.astype(np.int16) + rng.integers(-1, 2, frames.shape), 0, 255).astype(np.uint8)
+        noise = rng.integers(-1, 2, frames.shape, dtype=np.int8)
+        noisy = np.clip(frames + noise.astype(np.int16), 0, 255).astype(np.uint8)
         floor = compare_hands(video_litert, _estimate(litert, "video", noisy))
         rows.append({
             "clip": name, "size": f"{frames.shape[2]}x{frames.shape[1]}", "raw": tee.differences(),
@@ -276,7 +295,7 @@ def speed(
     ]
 
 
-def _markdown(meta: dict[str, Any], result: dict[str, Any]) -> str:
+def _markdown(meta: dict[str, Any], result: dict[str, Any], notes: str) -> str:
     lines = ["# hands in torch against LiteRT: parity and speed", ""]
     lines += [f"- {key}: {value}" for key, value in meta.items()]
     rows = result["parity"]
@@ -296,13 +315,14 @@ def _markdown(meta: dict[str, Any], result: dict[str, Any]) -> str:
     lines += ["", "## Speed (640x480, decoding excluded)", ""]
     lines += ["| " + " | ".join(keys) + " |", "|---" * len(keys) + "|"]
     lines += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in result["speed"]]
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", NOTES_MARKER, notes])
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run parity and speed and write the results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--name", default="hands_torch", help="result files NAME.json and NAME.md")
     parser.add_argument("--device", default=None, help="torch device (default: cuda if present, else cpu)")
     parser.add_argument("--batch", type=int, default=64, help="streams in lockstep; image-mode frames a call")
     parser.add_argument("--frames", type=int, default=2048, help="frames of each torch speed run")
@@ -333,8 +353,9 @@ def main(argv: list[str] | None = None) -> None:
     meta["load_average_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "hands_torch.json").write_text(json.dumps({**meta, **result}, indent=1))
-    (out / "hands_torch.md").write_text(_markdown(meta, result))
+    (out / f"{args.name}.json").write_text(json.dumps({**meta, **result}, indent=1))
+    previous = out / f"{args.name}.md"
+    previous.write_text(_markdown(meta, result, kept_notes(previous)))
 
 
 if __name__ == "__main__":
