@@ -70,8 +70,14 @@ def hand_networks(opts: MediaPipeOptions, device: str | None = None) -> HandNetw
     logger.info("hand networks: %s on %s", backend, chosen)
     if backend == "litert":
         return LiteRtHandNetworks(palm, landmark, opts.num_threads)
-    from pose_core.hands.torch_networks import TorchHandNetworks  # noqa: PLC0415 -- imports torch
+    import torch  # noqa: PLC0415 -- optional, heavy
 
+    from pose_core.hands.torch_networks import TorchHandNetworks  # noqa: PLC0415
+
+    if torch.device(chosen).type == "cpu":
+        # torch's threads are per process; more than the task's cores oversubscribe them (a 2-core
+        # machine under load ran 8x slower with 2 threads than with 1).
+        torch.set_num_threads(opts.num_threads)
     return TorchHandNetworks(palm, landmark, chosen, allow_tf32=opts.allow_tf32)
 
 
