@@ -336,10 +336,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import torch  # noqa: PLC0415 -- the bench needs it; the module's helpers (tests) do not
 
+    torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     litert = hand_networks(MediaPipeOptions(backend="litert", num_threads=args.threads))
-    torch_opts = MediaPipeOptions(backend="torch", num_threads=args.threads, allow_tf32=args.tf32)
-    torch_nets = hand_networks(torch_opts, device)  # on CPU this sets torch's threads to --threads
+    torch_nets = hand_networks(MediaPipeOptions(backend="torch", allow_tf32=args.tf32), device)
     gpu = torch.cuda.get_device_name(torch.device(device)) if torch.device(device).type == "cuda" else ""
     meta = {
         **provenance("bench.hands_torch", gpu), "torch": torch.__version__, "device": device,

@@ -2,8 +2,8 @@
 
 The algorithms in `pose_core` take model bytes (or paths, for the face detector); this is where the
 pipeline, the benchmarks and the tests get them, hash-checked, so no caller spells the file names.
-It also picks the hand networks' runtime and device (`hand_backend`): torch on a CUDA GPU when the
-options allow it and one is there, else LiteRT on CPU.
+It also picks the hand networks' runtime (`hand_backend`) for a device: torch on a CUDA GPU when the
+options allow it, else LiteRT on CPU. torch's CPU threads are the task's (`udfs.device.enter`).
 """
 
 from __future__ import annotations
@@ -70,14 +70,8 @@ def hand_networks(opts: MediaPipeOptions, device: str | None = None) -> HandNetw
     logger.info("hand networks: %s on %s", backend, chosen)
     if backend == "litert":
         return LiteRtHandNetworks(palm, landmark, opts.num_threads)
-    import torch  # noqa: PLC0415 -- optional, heavy
+    from pose_core.hands.torch_networks import TorchHandNetworks  # noqa: PLC0415 -- imports torch
 
-    from pose_core.hands.torch_networks import TorchHandNetworks  # noqa: PLC0415
-
-    if torch.device(chosen).type == "cpu":
-        # torch's threads are per process; more than the task's cores oversubscribe them (a 2-core
-        # machine under load ran 8x slower with 2 threads than with 1).
-        torch.set_num_threads(opts.num_threads)
     return TorchHandNetworks(palm, landmark, chosen, allow_tf32=opts.allow_tf32)
 
 

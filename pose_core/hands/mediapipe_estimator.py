@@ -88,8 +88,7 @@ class MediaPipeOptions:
     # torch are present, else litert). Same networks and decisions: a frame's hands agree to float
     # rounding, which video-mode tracking carries on like noise (bench/results/hands_torch.md).
     backend: Literal["auto", "litert", "torch"] = "auto"
-    # CPU threads of the networks (LiteRT's interpreters; torch's, process-wide, when it runs on CPU);
-    # 1 when Spark already runs one task per core.
+    # LiteRT: interpreter threads per model; 1 when Spark already runs one task per core.
     num_threads: int = 1
     # torch on CUDA: let cuDNN use TF32 convolutions (faster, ~3 fewer digits; check parity first).
     allow_tf32: bool = False

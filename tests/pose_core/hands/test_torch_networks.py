@@ -63,12 +63,17 @@ def runs(request):
     """Per clip: the tee (LiteRT leading, torch on the same inputs) and both backends' hands (image mode)."""
     litert, torch_nets = _networks(request.param)
     image = MediaPipeOptions(mode="image")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as LiteRT; torch's default (every core) crawls on a busy 2-core machine
     out = {}
-    for name, frames in _samples().items():
-        tee = TeeNetworks(litert, torch_nets)
-        lite_hands = MediaPipeHandEstimator(tee, image).estimate(frames, np.eye(3))
-        torch_hands = MediaPipeHandEstimator(torch_nets, image).estimate(frames, np.eye(3))
-        out[name] = (tee, lite_hands, torch_hands)
+    try:
+        for name, frames in _samples().items():
+            tee = TeeNetworks(litert, torch_nets)
+            lite_hands = MediaPipeHandEstimator(tee, image).estimate(frames, np.eye(3))
+            torch_hands = MediaPipeHandEstimator(torch_nets, image).estimate(frames, np.eye(3))
+            out[name] = (tee, lite_hands, torch_hands)
+    finally:
+        torch.set_num_threads(threads)
     return out
 
 
