@@ -84,9 +84,10 @@ class MediaPipeOptions:
     # The landmark model's handedness assumes a mirrored (selfie) image; True for such input.
     mirrored_input: bool = False
     # Which runtime runs the networks: "litert" (the LiteRT interpreter, CPU), "torch" (the same
-    # weights in torch, batched; on the task's GPU, else CPU) or "auto" (torch where a CUDA GPU and
-    # torch are present, else litert). Same networks and decisions: a frame's hands agree to float
-    # rounding, which video-mode tracking carries on like noise (bench/results/hands_torch.md).
+    # weights in torch, batched; on the task's GPU, else CPU) or "auto" (torch when the task runs on a
+    # CUDA GPU and torch is installed, else litert). Same networks and decisions: a frame's hands
+    # agree to float rounding, which video-mode tracking carries on like noise
+    # (bench/results/hands_torch.md).
     backend: Literal["auto", "litert", "torch"] = "auto"
     # LiteRT: interpreter threads per model; 1 when Spark already runs one task per core.
     num_threads: int = 1
