@@ -26,8 +26,8 @@ import cv2
 import numpy as np
 
 from bench.report import SHARED_DATA
-from pose_core.hands import FitOptions, HandObservation, MediaPipeHandEstimator, MediaPipeOptions, fit_hand
-from udfs.models import hand_model_paths
+from pose_core.hands import FitOptions, HandObservation, MediaPipeOptions, fit_hand
+from udfs.models import hand_estimator
 
 __all__ = ["GT", "GroundTruth", "detect", "evaluate", "load_ground_truth"]
 
@@ -58,7 +58,7 @@ def load_ground_truth() -> GroundTruth:
 
 def detect(opts: MediaPipeOptions, count: int) -> list[HandObservation | None]:
     """The highest-scoring hand of each of the first `count` photos (None where none is found)."""
-    estimator = MediaPipeHandEstimator(*hand_model_paths(), opts)
+    estimator = hand_estimator(opts)
     found: list[HandObservation | None] = []
     for i in range(count):
         image = np.ascontiguousarray(cv2.imread(str(GT / "images" / f"{i:05d}.jpg"))[:, :, ::-1])

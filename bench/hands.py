@@ -33,11 +33,11 @@ import numpy as np
 from bench import hand_clips, hand_gt
 from bench.report import NOTES_MARKER, SHARED_DATA, kept_notes, provenance
 from pose_core.geometry.camera import Camera
-from pose_core.hands import FitOptions, MediaPipeHandEstimator, MediaPipeOptions
+from pose_core.hands import FitOptions, MediaPipeOptions
 from pose_core.hands.articulated import ArticulatedOptions
 from udfs.hands import hand_rows
 from udfs.media.decode import decode_frames
-from udfs.models import hand_model_paths
+from udfs.models import hand_estimator
 from udfs.options import DecodeOptions, EstimatorOptions, HandsOptions
 
 VIDEO = SHARED_DATA / "hands_dexretargeting" / "human_hand_video.mp4"
@@ -68,9 +68,7 @@ def speed(count: int) -> list[dict]:
     for name, path in (("hand video (1 hand)", VIDEO), ("egoloc_desk_pour (2 hands)", EGO)):
         frames = _frames_640x480(path, count)
         for setting, (est_opts, fit_opts) in SETTINGS.items():
-            estimator = MediaPipeHandEstimator(
-                *hand_model_paths(), replace(est_opts, mode="video", num_threads=1),
-            )  # fmt: skip
+            estimator = hand_estimator(replace(est_opts, mode="video", num_threads=1))
             estimator.estimate(frames[:2], camera.k_matrix)  # warm-up
             estimator.reset()
             opts = HandsOptions(EstimatorOptions(mediapipe=est_opts), fit_opts)

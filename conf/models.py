@@ -23,7 +23,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MODELS", "ModelSpec", "ensure_models", "main", "model_path", "models_dir"]
+__all__ = ["MODELS", "ModelSpec", "ensure_models", "main", "model_bytes", "model_path", "models_dir"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,15 +106,31 @@ def model_path(name: str, root: Path | None = None) -> Path:
         KeyError: `name` is not a known model.
         FileNotFoundError: the file is missing or its hash is wrong; the message gives the fix.
     """
+    model_bytes(name, root)  # raises unless the file is there with its pinned hash
+    return (root or models_dir()) / name
+
+
+def model_bytes(name: str, root: Path | None = None) -> bytes:
+    """A cached model file's bytes, hash-checked as read (the bytes checked are the bytes returned).
+
+    Args:
+        name: a key of `MODELS`, e.g. ``"hand_landmark_full.tflite"``.
+        root: cache folder; default `models_dir()`.
+
+    Raises:
+        KeyError: `name` is not a known model.
+        FileNotFoundError: the file is missing or its hash is wrong; the message gives the fix.
+    """
     spec = MODELS[name]
     path = (root or models_dir()) / name
     if not path.is_file():
         raise FileNotFoundError(f"model {path} is missing: run `python -m conf.models` (or `make setup`)")
-    if _sha256(path) != spec.sha256:
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != spec.sha256:
         raise FileNotFoundError(
             f"model {path} has the wrong SHA-256: delete it and run `python -m conf.models`"
         )
-    return path
+    return data
 
 
 def _download_wheel(package: str, version: str, dest: Path) -> Path:

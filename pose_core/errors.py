@@ -13,6 +13,7 @@ __all__ = [
     "EgolakeError",
     "InputError",
     "MetadataError",
+    "ModelError",
     "NotConvergedError",
     "ShapeError",
 ]
@@ -58,6 +59,10 @@ class ShapeError(EgolakeError):
         super().__init__(f"{message}: expected {expected_shape}. Got {actual_shape}")
         self.actual_shape = actual_shape
         self.expected_shape = expected_shape
+
+
+class ModelError(EgolakeError):
+    """A model file uses something its reader does not support (an operator, a tensor type)."""
 
 
 class NotConvergedError(EgolakeError):

@@ -24,6 +24,7 @@ from pose_core.hands import (
 )
 from schemas.tables import HANDS_CAM
 from udfs.camera_tables import camera_for_frames
+from udfs.device import current
 from udfs.media.decode import iter_frames
 from udfs.options import DecodeOptions, EstimatorOptions, HandsOptions
 
@@ -43,22 +44,26 @@ ESTIMATOR_ENTRY_POINTS = "egolake.hand_estimators"
 DEPTH_SOURCE = "hand_size_prior"
 
 
-_ESTIMATORS: dict[EstimatorOptions, HandEstimator] = {}
+_ESTIMATORS: dict[tuple[EstimatorOptions, str], HandEstimator] = {}
 
 
 def load_estimator(opts: EstimatorOptions) -> HandEstimator:
-    """The estimator for `opts`, built on first use in this process and cached.
+    """The estimator for `opts` on this task's device (`udfs.device.current`), built on first use and cached.
+
+    The MediaPipe networks run in torch on the task's GPU when `mediapipe.backend` allows it (auto,
+    torch), else on LiteRT.
 
     Raises:
         EgolakeError: `opts.kind` is neither "mediapipe" nor an installed entry point.
         FileNotFoundError: the MediaPipe models are not in the cache (run `python -m conf.models`).
     """
-    if opts not in _ESTIMATORS:
+    device = current().name
+    key = (opts, device)
+    if key not in _ESTIMATORS:
         if opts.kind == "mediapipe":
-            from pose_core.hands import MediaPipeHandEstimator  # noqa: PLC0415
-            from udfs.models import hand_model_paths  # noqa: PLC0415 -- only the default estimator needs it
+            from udfs.models import hand_estimator  # noqa: PLC0415 -- only the default estimator needs it
 
-            _ESTIMATORS[opts] = MediaPipeHandEstimator(*hand_model_paths(), opts.mediapipe)
+            _ESTIMATORS[key] = hand_estimator(opts.mediapipe, device)
         else:
             found = [ep for ep in entry_points(group=ESTIMATOR_ENTRY_POINTS) if ep.name == opts.kind]
             if not found:
@@ -66,9 +71,9 @@ def load_estimator(opts: EstimatorOptions) -> HandEstimator:
                     f"hand estimator {opts.kind!r} is not installed: use 'mediapipe' or register an "
                     f"entry point in the group {ESTIMATOR_ENTRY_POINTS!r}"
                 )
-            _ESTIMATORS[opts] = found[0].load()(opts)
+            _ESTIMATORS[key] = found[0].load()(opts)
         logger.info("hand estimator loaded kind=%s", opts.kind)
-    return _ESTIMATORS[opts]
+    return _ESTIMATORS[key]
 
 
 def _floats(values: np.ndarray) -> list[float]:

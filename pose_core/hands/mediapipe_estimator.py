@@ -1,10 +1,17 @@
-"""The default hand estimator: MediaPipe's palm detector and 21-keypoint landmark model on LiteRT.
+"""The default hand estimator: MediaPipe's palm detector and 21-keypoint landmark model.
 
-The two `.tflite` models (mediapipe 0.10.21's `palm_detection_full` and `hand_landmark_full`) are run
-with the LiteRT interpreter (`ai_edge_litert`), which works with numpy 2; the pipeline around them
-(anchors, suppression, rotated crops, tracking from the previous frame, detection windows) is in
-`rois.py`. The caller passes the model files' paths (the set-up command caches them); nothing
-downloads here.
+The two `.tflite` models (mediapipe 0.10.21's `palm_detection_full` and `hand_landmark_full`) run on
+a `HandNetworks` backend (`networks.py`): the LiteRT interpreter on CPU (`ai_edge_litert`, works with
+numpy 2), or the same weights in torch, batched, on a GPU (`torch_networks.py`). Everything around the
+networks is shared by both backends: the geometry (anchors, suppression, rotated crops, tracking
+from the previous frame, detection windows) is in `rois.py`, the decisions (which regions to look
+at, which hands to keep) here. The caller builds the backend from the model files' bytes (the
+set-up command caches them); nothing downloads here.
+
+Batching: the per-frame decisions are MediaPipe's, made in rounds (tracked regions, then each
+detection view), and every round runs the networks once for all the frames that take part: all
+frames of a batch in image mode, one frame in video mode (its hands batched), one frame of each
+clip in `estimate_clips` (clips tracked independently, in lockstep).
 
 Modes: ``"image"`` detects palms in every frame; ``"video"`` tracks, as MediaPipe's own video graph
 does: each frame first runs the landmark model in the region predicted from the previous frame's
@@ -25,13 +32,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
 from pose_core.hands.estimator import Handedness, HandObservation, check_frames
+from pose_core.hands.networks import LANDMARK_INPUT, PALM_INPUT, HandNetworks
 from pose_core.hands.rois import (
     PalmDecodeOptions,
     RotatedRect,
@@ -48,8 +55,6 @@ from pose_core.hands.rois import (
 __all__ = ["MediaPipeHandEstimator", "MediaPipeOptions"]
 
 logger = logging.getLogger(__name__)
-
-_LANDMARK_INPUT = 224
 
 
 @dataclass(frozen=True)
@@ -78,8 +83,16 @@ class MediaPipeOptions:
     part_cover: float = 0.6
     # The landmark model's handedness assumes a mirrored (selfie) image; True for such input.
     mirrored_input: bool = False
-    # Interpreter threads per model; 1 when Spark already runs one task per core.
+    # Which runtime runs the networks: "litert" (the LiteRT interpreter, CPU), "torch" (the same
+    # weights in torch, batched; on the task's GPU, else CPU) or "auto" (torch when the task runs on a
+    # CUDA GPU and torch is installed, else litert). Same networks and decisions: a frame's hands
+    # agree to float rounding, which video-mode tracking carries on like noise
+    # (bench/results/hands_torch.md).
+    backend: Literal["auto", "litert", "torch"] = "auto"
+    # LiteRT: interpreter threads per model; 1 when Spark already runs one task per core.
     num_threads: int = 1
+    # torch on CUDA: let cuDNN use TF32 convolutions (faster, ~3 fewer digits; check parity first).
+    allow_tf32: bool = False
     # Move a tracked hand's region by the hand's last frame-to-frame motion before the landmark model
     # runs in it (constant velocity; MediaPipe uses the previous region as it is).
     predict_motion: bool = True
@@ -103,6 +116,10 @@ class MediaPipeOptions:
     reacquire_frames: int = 10
 
     def __post_init__(self) -> None:
+        if self.backend not in ("auto", "litert", "torch"):
+            raise ValueError(
+                f"hands.estimator.mediapipe.backend must be auto, litert or torch, got {self.backend!r}"
+            )
         if not 0.0 <= self.min_tracking_presence <= self.min_presence_score <= 1.0:
             raise ValueError(
                 "hands.estimator.mediapipe: need 0 <= min_tracking_presence <= min_presence_score <= 1, got "
@@ -157,67 +174,123 @@ def _is_part(small: np.ndarray, large: np.ndarray, cover: float) -> bool:
     return 2.0 * _area(small) <= _area(large) and _intersection(small, large) >= cover * _area(small)
 
 
+@dataclass(eq=False)
+class _Stream:
+    """What tracking carries from one frame of a stream of consecutive frames to the next."""
+
+    tracked: list[_Tracked] = field(default_factory=list)
+    lost: list[tuple[np.ndarray, int]] = field(default_factory=list)  # where a hand was lost, frames ago
+    next_view: int = 0
+    first_frame: bool = True
+
+
+# A region the landmark model looks at: (region, least presence score to keep the hand, the tracked
+# hand it was predicted from or None for a palm detection).
+_Candidate = tuple[RotatedRect, float, "_Tracked | None"]
+
+
 class MediaPipeHandEstimator:
-    """MediaPipe hand landmarker on LiteRT; implements `HandEstimator`.
+    """MediaPipe hand landmarker on a `HandNetworks` backend; implements `HandEstimator`.
 
     Args:
-        palm_model: path of ``palm_detection_full.tflite``.
-        landmark_model: path of ``hand_landmark_full.tflite``.
+        networks: runs the two models (`LiteRtHandNetworks`, or `torch_networks.TorchHandNetworks`).
         opts: estimator settings.
     """
 
-    def __init__(self, palm_model: Path, landmark_model: Path, opts: MediaPipeOptions | None = None) -> None:
-        from ai_edge_litert.interpreter import Interpreter  # noqa: PLC0415 -- heavy; only for this estimator
-
+    def __init__(self, networks: HandNetworks, opts: MediaPipeOptions | None = None) -> None:
         self.opts = opts or MediaPipeOptions()
-        self._palm = Interpreter(model_path=str(palm_model), num_threads=self.opts.num_threads)
-        self._landmark = Interpreter(model_path=str(landmark_model), num_threads=self.opts.num_threads)
-        for interp in (self._palm, self._landmark):
-            interp.allocate_tensors()
-        self._palm_opts = PalmDecodeOptions(min_score=self.opts.min_detection_score)
+        self.networks = networks
+        self._palm_opts = PalmDecodeOptions(input_size=PALM_INPUT, min_score=self.opts.min_detection_score)
         self._anchors = palm_anchors(self._palm_opts.input_size)
-        self._tracked: list[_Tracked] = []
-        self._lost: list[tuple[np.ndarray, int]] = []  # where a tracked hand was lost, frames ago
-        self._next_view = 0
-        self._first_frame = True
+        self._stream = _Stream()
 
     def reset(self) -> None:
         """Forget the hands tracked from the previous frame."""
-        self._tracked = []
-        self._lost = []
-        self._next_view = 0
-        self._first_frame = True
+        self._stream = _Stream()
 
     def estimate(self, frames: np.ndarray, camera_k: np.ndarray) -> list[list[HandObservation]]:
-        """Find hands in each frame (see `HandEstimator.estimate`); `camera_k` is not used."""
+        """Find hands in each frame (see `HandEstimator.estimate`); `camera_k` is not used.
+
+        Image mode batches all frames; video mode goes frame by frame, batching each frame's hands.
+        """
         check_frames(frames)
-        results = []
-        for frame in frames:
-            if self.opts.mode == "image":
-                self._tracked = []
-            results.append(self._estimate_one(frame))
+        if self.opts.mode == "image":
+            return self._step(list(frames), [_Stream() for _ in frames])
+        return [self._step([frame], [self._stream])[0] for frame in frames]
+
+    def estimate_clips(self, clips: Sequence[np.ndarray]) -> list[list[list[HandObservation]]]:
+        """Find hands in several independent clips at once, each tracked from its first frame.
+
+        The clips advance in lockstep, so every network call is batched over the clips (image mode:
+        over all their frames). The estimator's own tracking state (`estimate`'s) is left as it was.
+
+        Args:
+            clips: consecutive RGB frames of each clip, uint8, `(B_i, H_i, W_i, 3)`.
+
+        Returns:
+            Per clip, per frame, the hands found.
+        """
+        for clip in clips:
+            check_frames(clip)
+        if self.opts.mode == "image":
+            frames = [frame for clip in clips for frame in clip]
+            flat = self._step(frames, [_Stream() for _ in frames])
+            bounds = np.cumsum([0, *(len(clip) for clip in clips)])
+            return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        streams = [_Stream() for _ in clips]
+        results: list[list[list[HandObservation]]] = [[] for _ in clips]
+        for t in range(max((len(clip) for clip in clips), default=0)):
+            active = [i for i, clip in enumerate(clips) if t < len(clip)]
+            found = self._step([clips[i][t] for i in active], [streams[i] for i in active])
+            for i, hands in zip(active, found, strict=True):
+                results[i].append(hands)
         return results
 
-    def _estimate_one(self, image: np.ndarray) -> list[HandObservation]:
-        """Hands of one frame; updates the tracked hands."""
-        hands: list[HandObservation] = []
-        sources: list[_Tracked | None] = []
-        tracking = self.opts.min_tracking_presence
-        regions = [
-            (t.predicted() if self.opts.predict_motion else t.rect, tracking, t) for t in self._tracked
-        ]
-        self._add_hands(image, regions, hands, sources)
-        for window in self._windows(image.shape[0], image.shape[1]):
-            if len(hands) >= self.opts.max_num_hands:
+    def _step(self, images: list[np.ndarray], streams: list[_Stream]) -> list[list[HandObservation]]:
+        """One frame of each stream: its hands; updates each stream's tracking.
+
+        Per stream this is MediaPipe's order: landmarks in the regions tracked from the previous frame,
+        then, while hands are missing, palm detection in each chosen view in turn and landmarks in
+        the regions of the new palms. The streams go through those rounds together, one batched
+        network call per round.
+        """
+        opts = self.opts
+        hands: list[list[HandObservation]] = [[] for _ in images]
+        sources: list[list[_Tracked | None]] = [[] for _ in images]
+        regions: list[list[_Candidate]] = [
+            [(t.predicted() if opts.predict_motion else t.rect, opts.min_tracking_presence, t)
+             for t in s.tracked]
+            for s in streams
+        ]  # fmt: skip
+        self._add_hands(images, regions, hands, sources)
+        views = [self._views(s, *image.shape[:2]) for s, image in zip(streams, images, strict=True)]
+        for depth in range(max((len(v) for v in views), default=0)):
+            active = [i for i, v in enumerate(views) if depth < len(v) and len(hands[i]) < opts.max_num_hands]
+            if not active:
                 break
-            kept = [_rect_box(rect_from_keypoints(h.keypoints_px)) for h in hands]
-            strong, weak = tracking, self.opts.min_presence_score
-            fresh = [
-                (rect, strong if score >= self.opts.strong_palm_score else weak, None)
-                for rect, score in self._detect_palms(image, window)
-                if all(_box_iou(_rect_box(rect), box) <= self.opts.duplicate_iou for box in kept)
-            ]  # fmt: skip
-            self._add_hands(image, fresh, hands, sources)
+            palms = self._detect_palms([images[i] for i in active], [views[i][depth] for i in active])
+            fresh: list[list[_Candidate]] = [[] for _ in images]
+            for i, detected in zip(active, palms, strict=True):
+                kept = [_rect_box(rect_from_keypoints(h.keypoints_px)) for h in hands[i]]
+                strong, weak = opts.min_tracking_presence, opts.min_presence_score
+                fresh[i] = [
+                    (rect, strong if score >= opts.strong_palm_score else weak, None)
+                    for rect, score in detected
+                    if all(_box_iou(_rect_box(rect), box) <= opts.duplicate_iou for box in kept)
+                ]  # fmt: skip
+            self._add_hands(images, fresh, hands, sources)
+        for stream, tracked_regions, found, origins in zip(streams, regions, hands, sources, strict=True):
+            self._carry(stream, tracked_regions, found, origins)
+        return hands
+
+    def _carry(
+        self,
+        stream: _Stream,
+        regions: list[_Candidate],
+        hands: list[HandObservation],
+        sources: list[_Tracked | None],
+    ) -> None:
+        """Hands found this frame become the stream's tracked hands; tracked hands not found, lost ones."""
         tracked = []
         for hand, source in zip(hands, sources, strict=True):
             rect = rect_from_keypoints(hand.keypoints_px)
@@ -229,103 +302,130 @@ class MediaPipeHandEstimator:
             tracked.append(_Tracked(rect, velocity))
         continued = {id(source) for source in sources}
         lost = [(np.array([r.cx, r.cy]), 0) for (r, _, t) in regions if id(t) not in continued]
-        self._lost = lost + [(c, age + 1) for c, age in self._lost if age + 1 < self.opts.reacquire_frames]
-        self._tracked = tracked
-        return hands
+        stream.lost = lost + [(c, age + 1) for c, age in stream.lost if age + 1 < self.opts.reacquire_frames]
+        stream.tracked = tracked
 
-    def _windows(self, height: int, width: int) -> list[tuple[float, float, float] | None]:
+    def _views(self, stream: _Stream, height: int, width: int) -> list[tuple[float, float, float] | None]:
         """Where the palm detector looks this frame: None for the whole frame, else a zoomed window."""
         windows = detection_windows(
             height, width, self.opts.window_fraction, self.opts.window_padding, self.opts.window_overlap
         )
-        if self.opts.mode == "image" or self._first_frame:
-            self._first_frame = False
+        if self.opts.mode == "image" or stream.first_frame:
+            stream.first_frame = False
             return [None, *windows]
         chosen: list[tuple[float, float, float] | None] = []
-        if self._lost and windows and self._lost[0][1] % 2 == 0:
+        if stream.lost and windows and stream.lost[0][1] % 2 == 0:
             centres = np.array([[x + side / 2.0, y + side / 2.0] for x, y, side in windows])
-            chosen.append(windows[int(np.argmin(np.linalg.norm(centres - self._lost[0][0], axis=1)))])
+            chosen.append(windows[int(np.argmin(np.linalg.norm(centres - stream.lost[0][0], axis=1)))])
         cycle = [view for window in windows for view in (None, window)] or [None]
         while len(chosen) < self.opts.detections_per_frame:
-            chosen.append(cycle[self._next_view % len(cycle)])
-            self._next_view += 1
+            chosen.append(cycle[stream.next_view % len(cycle)])
+            stream.next_view += 1
         return chosen
 
     def _add_hands(
         self,
-        image: np.ndarray,
-        candidates: Sequence[tuple[RotatedRect, float, _Tracked | None]],
-        hands: list[HandObservation],
-        sources: list[_Tracked | None],
+        images: list[np.ndarray],
+        candidates: list[list[_Candidate]],
+        hands: list[list[HandObservation]],
+        sources: list[list[_Tracked | None]],
     ) -> None:
-        """Run the landmark model in each candidate region and keep new, present, non-duplicate hands.
+        """Per image, run the landmark model in each candidate region; keep new, present, non-duplicate hands.
 
-        A candidate is (region, least presence score, the tracked hand it was predicted from or None
-        for a palm detection); kept hands and their origins are appended to `hands` and `sources`. A
-        kept hand that is a part of a new one (see `part_cover`) gives way to it.
+        Kept hands and their origins are appended to `hands[i]` and `sources[i]`, in candidate order,
+        until `max_num_hands`. A kept hand that is a part of a new one (see `part_cover`) gives way to it.
+        The landmark model runs on every candidate of every image in one batch (and once more for the
+        second passes), so a candidate after the last kept hand costs a crop it did not need.
         """
-        for rect, min_presence, origin in candidates:
-            if len(hands) >= self.opts.max_num_hands:
-                return
-            hand = self._landmarks(image, rect)
-            if self.opts.refine_presence <= hand.score < min_presence:
-                hand = self._landmarks(image, rect_from_keypoints(hand.keypoints_px))
-            if hand.score < min_presence:
-                continue
-            box = _box(hand.keypoints_px)
-            others = [_box(other.keypoints_px) for other in hands]
-            if any(
-                _box_iou(box, other) > self.opts.duplicate_iou or _is_part(box, other, self.opts.part_cover)
-                for other in others
-            ):
-                continue
-            parts = [i for i, other in enumerate(others) if _is_part(other, box, self.opts.part_cover)]
-            for i in reversed(parts):
-                del hands[i], sources[i]
-            hands.append(hand)
-            sources.append(origin)
+        looks = self._looks(images, candidates)
+        for image_hands, image_sources, image_candidates, image_looks in zip(
+            hands, sources, candidates, looks, strict=True
+        ):
+            for (_, min_presence, origin), hand in zip(image_candidates, image_looks, strict=True):
+                if len(image_hands) >= self.opts.max_num_hands:
+                    break
+                if hand.score < min_presence:
+                    continue
+                box = _box(hand.keypoints_px)
+                others = [_box(other.keypoints_px) for other in image_hands]
+                dup, cover = self.opts.duplicate_iou, self.opts.part_cover
+                if any(_box_iou(box, other) > dup or _is_part(box, other, cover) for other in others):
+                    continue
+                parts = [i for i, other in enumerate(others) if _is_part(other, box, self.opts.part_cover)]
+                for i in reversed(parts):
+                    del image_hands[i], image_sources[i]
+                image_hands.append(hand)
+                image_sources.append(origin)
+
+    def _looks(
+        self, images: list[np.ndarray], candidates: list[list[_Candidate]]
+    ) -> list[list[HandObservation]]:
+        """The landmark model's hand in each candidate region, aligned with `candidates`.
+
+        A region whose presence score is short of its threshold but at least `refine_presence` is
+        looked at again in the region of its own keypoints (as tracking would next frame).
+        """
+        flat = [(i, rect, least) for i, cands in enumerate(candidates) for rect, least, _ in cands]
+        if not flat:
+            return [[] for _ in candidates]
+        found = self._landmarks([images[i] for i, _, _ in flat], [rect for _, rect, _ in flat])
+        low = self.opts.refine_presence
+        again = [k for k, (_, _, least) in enumerate(flat) if low <= found[k].score < least]
+        if again:
+            refined = [rect_from_keypoints(found[k].keypoints_px) for k in again]
+            second = self._landmarks([images[flat[k][0]] for k in again], refined)
+            for k, hand in zip(again, second, strict=True):
+                found[k] = hand
+        bounds = np.cumsum([0, *(len(c) for c in candidates)])
+        return [found[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
     def _detect_palms(
-        self, image: np.ndarray, window: tuple[float, float, float] | None
-    ) -> list[tuple[RotatedRect, float]]:
-        """Palm detections in the whole image (window None) or a square window: hand rectangles and scores."""
-        size = self._palm_opts.input_size
-        if window is None:
-            square, scale, offset = letterbox(image, size)
-        else:
-            square, scale, offset = square_crop(image, *window, size)
-        inp, out = self._palm.get_input_details()[0], self._palm.get_output_details()
-        self._palm.set_tensor(inp["index"], square[None])
-        self._palm.invoke()
-        raw_boxes = self._palm.get_tensor(out[0]["index"])[0]
-        raw_scores = self._palm.get_tensor(out[1]["index"])[0]
-        boxes, kps, scores = decode_palms(raw_boxes, raw_scores, self._anchors, self._palm_opts)
-        rects = []
-        for box, kp, score in zip(boxes, kps, scores, strict=True):
-            box_px = (box.reshape(2, 2) * size - offset) / scale
-            rects.append((rect_from_palm(box_px.ravel(), (kp * size - offset) / scale), float(score)))
-        return rects
+        self, images: list[np.ndarray], windows: list[tuple[float, float, float] | None]
+    ) -> list[list[tuple[RotatedRect, float]]]:
+        """Palm detections of each image in its view (None: the whole image, else a square window).
 
-    def _landmarks(self, image: np.ndarray, rect: RotatedRect) -> HandObservation:
-        """Landmark model in one rect (its `score` is the model's hand-presence score)."""
-        crop = crop_rect(image, rect, _LANDMARK_INPUT)
-        inp, out = self._landmark.get_input_details()[0], self._landmark.get_output_details()
-        self._landmark.set_tensor(inp["index"], crop[None])
-        self._landmark.invoke()
-        landmarks, presence, left_score, world = (self._landmark.get_tensor(o["index"])[0] for o in out)
-        score = float(presence.reshape(-1)[0])
-        local = landmarks.reshape(21, 3)[:, :2] / _LANDMARK_INPUT
-        img_from_unit = rect.image_from_rect()
-        keypoints_px = local @ img_from_unit[:, :2].T + img_from_unit[:, 2]
-        # The model's label 0 ("Left") is for a mirrored image: on a plain image it is the right hand.
-        p_label0 = float(left_score.reshape(-1)[0])
-        p_right = p_label0 if not self.opts.mirrored_input else 1.0 - p_label0
-        side: Handedness = "right" if p_right >= 0.5 else "left"
-        shape = world.reshape(21, 3).astype(np.float64)
-        return HandObservation(
-            keypoints_px=keypoints_px.astype(np.float64),
-            score=score,
-            handedness=side,
-            handedness_score=max(p_right, 1.0 - p_right),
-            keypoints_rel_m=shape,
-        )
+        Returns:
+            Per image, the hand rectangles (pixels of the image) and palm scores.
+        """
+        size = self._palm_opts.input_size
+        squares, scales, offsets = [], [], []
+        for image, window in zip(images, windows, strict=True):
+            if window is None:
+                square, scale, offset = letterbox(image, size)
+            else:
+                square, scale, offset = square_crop(image, *window, size)
+            squares.append(square)
+            scales.append(scale)
+            offsets.append(offset)
+        raw = self.networks.palms(np.stack(squares))
+        results = []
+        for k, (scale, offset) in enumerate(zip(scales, offsets, strict=True)):
+            boxes, kps, scores = decode_palms(raw.boxes[k], raw.logits[k], self._anchors, self._palm_opts)
+            rects = []
+            for box, kp, score in zip(boxes, kps, scores, strict=True):
+                box_px = (box.reshape(2, 2) * size - offset) / scale
+                rects.append((rect_from_palm(box_px.ravel(), (kp * size - offset) / scale), float(score)))
+            results.append(rects)
+        return results
+
+    def _landmarks(self, images: list[np.ndarray], rects: list[RotatedRect]) -> list[HandObservation]:
+        """Landmark model in each rect of its image (a hand's `score` is the model's presence score)."""
+        crops = np.stack([crop_rect(im, r, LANDMARK_INPUT) for im, r in zip(images, rects, strict=True)])
+        raw = self.networks.landmarks(crops)
+        hands = []
+        for k, rect in enumerate(rects):
+            local = raw.keypoints[k, :, :2] / LANDMARK_INPUT
+            img_from_unit = rect.image_from_rect()
+            keypoints_px = local @ img_from_unit[:, :2].T + img_from_unit[:, 2]
+            # The model's label 0 ("Left") is for a mirrored image: on a plain image it is the right hand.
+            p_label0 = float(raw.label0[k])
+            p_right = p_label0 if not self.opts.mirrored_input else 1.0 - p_label0
+            side: Handedness = "right" if p_right >= 0.5 else "left"
+            hands.append(HandObservation(
+                keypoints_px=keypoints_px.astype(np.float64),
+                score=float(raw.presence[k]),
+                handedness=side,
+                handedness_score=max(p_right, 1.0 - p_right),
+                keypoints_rel_m=raw.world[k].astype(np.float64),
+            ))  # fmt: skip
+        return hands

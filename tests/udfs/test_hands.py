@@ -54,6 +54,22 @@ def test_unknown_estimator_names_the_fix():
         load_estimator(EstimatorOptions(kind="no_such_model"))
 
 
+def test_estimator_is_built_for_the_tasks_device(monkeypatch):
+    """A task placed on a GPU gets the networks there (torch under "auto"); one estimator per device."""
+    import udfs.hands
+    import udfs.models
+    from udfs.device import TaskDevice
+
+    built = []
+    monkeypatch.setattr(udfs.models, "hand_estimator", lambda opts, device: built.append(device) or object())
+    monkeypatch.setattr(udfs.hands, "_ESTIMATORS", {})
+    opts = EstimatorOptions()
+    for device in (TaskDevice("cuda", 1, 4), TaskDevice("cpu", None, 4), TaskDevice("cuda", 1, 4)):
+        monkeypatch.setattr(udfs.hands, "current", lambda device=device: device)
+        load_estimator(opts)
+    assert built == ["cuda:1", "cpu"]
+
+
 @pytest.fixture(scope="module")
 def real_video(shared_data):
     pytest.importorskip("ai_edge_litert")

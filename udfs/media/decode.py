@@ -24,17 +24,19 @@ Convention:
 
 from __future__ import annotations
 
+import importlib
 import io
 import logging
 import os
 import queue
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
 
 import av
 import cv2
-import decord
 import numpy as np
 
 from pose_core.errors import InputError
@@ -52,6 +54,28 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+
+def _import_decord() -> ModuleType:
+    """decord, imported without its CUDA preload.
+
+    On import, decord2 dlopens every library under `site-packages/nvidia/*/lib` with RTLD_GLOBAL (for
+    its CUDA builds). Where torch's CUDA wheels put cuBLAS there, that includes NVBLAS, which then
+    takes the CPU BLAS calls of torch loaded later and crashes them (a segfault in torch's first CPU
+    convolution: the torch hand networks, `tests/udfs/media/test_decord_import.py`). egolake decodes
+    on the CPU (`decord.cpu(0)`), so the `nvidia` package is hidden while decord loads.
+    """
+    before = sys.modules.get("nvidia", ...)
+    sys.modules["nvidia"] = None  # importlib's find_spec then answers None
+    try:
+        return importlib.import_module("decord")
+    finally:
+        if before is ...:
+            del sys.modules["nvidia"]
+        else:
+            sys.modules["nvidia"] = before
+
+
+decord = _import_decord()
 _DECORD_ERRORS = (decord.DECORDError, RuntimeError)
 
 

@@ -9,29 +9,30 @@ import cv2
 import numpy as np
 import pytest
 
+from bench.hands_torch import read_frames
 from conf.models import model_path
 from pose_core.errors import ShapeError
-from pose_core.hands import HandEstimator, MediaPipeHandEstimator, MediaPipeOptions, hand_box, hand_mask
+from pose_core.hands import HandEstimator, MediaPipeOptions, hand_box, hand_mask
 from pose_core.hands.rois import palm_anchors
 from tests.data_paths import SHARED_DATA as DATA
-from udfs.models import hand_model_paths
+from udfs.models import hand_estimator
 
 VIDEO = DATA / "hands_dexretargeting" / "human_hand_video.mp4"
 HAMER = DATA / "hands_hamer_images"
 logger = logging.getLogger(__name__)
 
 
-def _models():
+def _estimator(opts: MediaPipeOptions):
+    pytest.importorskip("ai_edge_litert")
     try:
-        return hand_model_paths()
+        return hand_estimator(opts)
     except FileNotFoundError as err:
         pytest.skip(str(err))
 
 
 @pytest.fixture(scope="module")
 def estimator():
-    pytest.importorskip("ai_edge_litert")
-    return MediaPipeHandEstimator(*_models(), MediaPipeOptions(mode="image"))
+    return _estimator(MediaPipeOptions(mode="image"))
 
 
 def _rgb(path: Path) -> np.ndarray:
@@ -73,8 +74,7 @@ def test_hamer_images(estimator):
 
 @pytest.mark.slow
 def test_real_video_hand_found_in_95_percent(tmp_path):
-    pytest.importorskip("ai_edge_litert")
-    est = MediaPipeHandEstimator(*_models(), MediaPipeOptions(mode="video"))
+    est = _estimator(MediaPipeOptions(mode="video"))
     cap = cv2.VideoCapture(str(VIDEO))
     frames = []
     while True:
@@ -98,3 +98,26 @@ def test_real_video_hand_found_in_95_percent(tmp_path):
     mask = hand_mask([hand.keypoints_px], (640, 360))
     inside = mask[int(box[1]) : int(box[3]), int(box[0]) : int(box[2])].sum()
     assert mask.sum() == inside and 0.02 < mask.mean() < 0.3
+
+
+@pytest.mark.parametrize(("mode", "lengths"), [("video", (8, 12, 6)), ("image", (2, 3, 1))])
+def test_clips_in_lockstep_give_each_clips_own_hands(mode, lengths):
+    """`estimate_clips` batches the network calls of independent clips; the hands are each clip's alone.
+
+    LiteRT runs one input per invoke, so batching changes no number: the results are identical.
+    """
+    est = _estimator(MediaPipeOptions(mode=mode))
+    clips = [
+        read_frames(DATA / "ego_clips" / "egoloc_desk_pour.mp4", count=lengths[0]),  # 640x480, two hands
+        read_frames(DATA / "ego_clips" / "lavila_ego4d_stirring.mp4", count=lengths[1]),  # 384x288
+        read_frames(VIDEO, 640, count=lengths[2]),  # 640x360, one hand
+    ]
+    together = est.estimate_clips(clips)
+    for clip, found in zip(clips, together, strict=True):
+        est.reset()
+        alone = est.estimate(clip, np.eye(3))
+        assert [len(f) for f in found] == [len(f) for f in alone] and sum(map(len, alone)) > 0
+        for hands, expected in zip(found, alone, strict=True):
+            for hand, ref in zip(hands, expected, strict=True):
+                np.testing.assert_array_equal(hand.keypoints_px, ref.keypoints_px)
+                assert (hand.score, hand.handedness) == (ref.score, ref.handedness)

@@ -87,14 +87,13 @@ def test_blur_changes_only_the_grown_face_boxes(blurrer, photos):
 
 def _hand_boxes(images: list[np.ndarray]) -> list[np.ndarray]:
     """Per image `(h, 4)` boxes of the hands MediaPipe's hand model finds (what the export gets)."""
-    from pose_core.hands.mediapipe_estimator import MediaPipeHandEstimator, MediaPipeOptions
-    from udfs.models import hand_model_paths
+    from pose_core.hands.mediapipe_estimator import MediaPipeOptions
+    from udfs.models import hand_estimator
 
     try:
-        models = hand_model_paths()
+        estimator = hand_estimator(MediaPipeOptions(mode="image"))
     except FileNotFoundError as err:
         pytest.skip(str(err))
-    estimator = MediaPipeHandEstimator(*models, MediaPipeOptions(mode="image"))
     boxes = []
     for image in images:
         h, w = image.shape[:2]

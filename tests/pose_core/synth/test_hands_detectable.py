@@ -25,16 +25,15 @@ FRAMES = 30
 def detections():
     """Ground truth of a 30-frame clip (seed 0) and the estimator's hands per frame."""
     pytest.importorskip("ai_edge_litert")
-    from pose_core.hands import MediaPipeHandEstimator, MediaPipeOptions  # noqa: PLC0415
-    from udfs.models import hand_model_paths  # noqa: PLC0415 -- only when the runtime is installed
+    from pose_core.hands import MediaPipeOptions  # noqa: PLC0415
+    from udfs.models import hand_estimator  # noqa: PLC0415 -- only when the runtime is installed
 
     try:
-        palm, landmark = hand_model_paths()
+        estimator = hand_estimator(MediaPipeOptions(mode="video"))
     except FileNotFoundError as err:
         pytest.skip(str(err))
     episode = generate_episode(SynthOptions(num_frames=FRAMES, seed=0))
     frames = np.stack([frame.rgb for frame in episode.frames()])
-    estimator = MediaPipeHandEstimator(palm, landmark, MediaPipeOptions(mode="video"))
     return episode, estimator.estimate(frames, episode.K)
 
 
