@@ -7,7 +7,6 @@ were in neither `videos` nor `quarantine`.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from tests.corpus import encode_clip, textured_frames
 from tests.jobs.tables_util import table
+from tests.jvm_flags import SHORT_JVM_FLAGS, java_options_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.slow]
 
@@ -33,7 +33,8 @@ def test_two_runs_with_disjoint_inputs_at_once(spark, tmp_path):
         (folder / f"broken_{run}.mp4").write_bytes(b"not a video")
         inputs[str(folder / f"broken_{run}.mp4")] = run
     out = tmp_path / "out"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    python = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env = {**java_options_env(SHORT_JVM_FLAGS), **python}
     procs = [
         subprocess.Popen(  # noqa: S603 -- our own CLI, no shell
             [sys.executable, "-m", "jobs.cli", "run", str(tmp_path / f"in_{run}"), str(out),

@@ -1,6 +1,10 @@
 """Camera poses on a synthetic egocentric clip from the project's generator: 600 frames at 640x480,
 fast head turns, the wearer's hands in view (masked with boxes around their projected keypoints)."""
 
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
 import cv2
 import numpy as np
 import pytest
@@ -22,12 +26,41 @@ FRAMES = 600
 HAND_MARGIN_PX = 25.0
 
 
-def _clip(request, opts):
-    """Video frames (gray), camera, ground-truth poses and hand boxes; generated once into pytest's cache."""
-    root = request.config.cache.mkdir(f"egolake_synth_{opts.stem}_{opts.frames}")
+CLIPS = {"synth": SampleOptions(frames=FRAMES, seed=0), "hard": SAMPLE_PRESETS["hard"]}
+
+
+def _root(request, opts: SampleOptions) -> Path:
+    """The clip's folder in pytest's cache (kept between runs), or a temp folder without the cache plugin."""
+    name = f"egolake_synth_{opts.stem}_{opts.frames}"
+    cache = getattr(request.config, "cache", None)
+    if cache is None:
+        return request.getfixturevalue("tmp_path_factory").mktemp(name)
+    return cache.mkdir(name)
+
+
+@pytest.fixture(scope="module")
+def clip_roots(request) -> dict[str, Path]:
+    """{fixture name: folder} of the clips that the selected tests use, written where missing.
+
+    Rendering is single-threaded (~40 CPU-s per 600-frame clip at 640x480): two missing clips are
+    written at once, in two fresh processes (spawned: this one may hold a Spark gateway's threads).
+    """
+    mine = [item for item in request.session.items if item.module is request.module]
+    used = {name for item in mine for name in item.fixturenames}
+    roots = {name: _root(request, opts) for name, opts in CLIPS.items() if name in used}
+    # The README is the last file `write_sample` writes.
+    missing = [n for n, r in roots.items() if not (r / "ground_truth" / CLIPS[n].stem / "README.md").exists()]
+    if len(missing) > 1:
+        with ProcessPoolExecutor(len(missing), mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(write_sample, [roots[n] for n in missing], [CLIPS[n] for n in missing]))
+    elif missing:
+        write_sample(roots[missing[0]], CLIPS[missing[0]])
+    return roots
+
+
+def _clip(root: Path, opts: SampleOptions):
+    """Video frames (gray), camera, ground-truth poses and hand boxes of the clip written at `root`."""
     gt_dir = root / "ground_truth" / opts.stem
-    if not (gt_dir / "README.md").exists():
-        write_sample(root, opts)
     decoded = decode_frames(str(root / "videos" / f"{opts.stem}.mp4"), 0, None, DecodeOptions())
     grays = [cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in decoded.frames]
     hands_px = np.load(gt_dir / "hands_px.npy")  # (F, 2, 21, 2), NaN behind the camera
@@ -41,13 +74,13 @@ def _clip(request, opts):
 
 
 @pytest.fixture(scope="module")
-def synth(request):
-    return _clip(request, SampleOptions(frames=FRAMES, seed=0))
+def synth(clip_roots):
+    return _clip(clip_roots["synth"], CLIPS["synth"])
 
 
 @pytest.fixture(scope="module")
-def hard(request):
-    return _clip(request, SAMPLE_PRESETS["hard"])
+def hard(clip_roots):
+    return _clip(clip_roots["hard"], CLIPS["hard"])
 
 
 def test_clip_has_fast_turns_and_hands(synth):
