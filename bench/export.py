@@ -105,7 +105,7 @@ def _upstream_tables(spark, out: str, samples: list[Path]) -> None:
                     "frame_idx": idx,
                     "ts_s": ts,
                     "world_from_cam_q_wxyz": list(quat_wxyz_from_matrix(poses[:, :3, :3])),
-                    "world_from_cam_t_m": list(poses[:, :3, 3]),
+                    "world_from_cam_t_mu": list(poses[:, :3, 3]),
                     "pose_quality": ["keyframe"] * n,
                     "tracking_state": ["tracking"] * n,
                     "segment_id": [0] * n,

@@ -133,7 +133,7 @@ def run_clip(name: str, hands: HandsOptions | None = None, fusion: FusionOptions
     n = clip.frames
     frames = pd.DataFrame({
         "episode_id": name, "frame_idx": np.arange(n), "ts_s": np.arange(n) / clip.fps,
-        "world_from_cam_q_wxyz": [[1.0, 0.0, 0.0, 0.0]] * n, "world_from_cam_t_m": [[0.0, 0.0, 0.0]] * n,
+        "world_from_cam_q_wxyz": [[1.0, 0.0, 0.0, 0.0]] * n, "world_from_cam_t_mu": [[0.0, 0.0, 0.0]] * n,
         "tracking_state": "tracked", "pose_quality": "keyframe", "is_keyframe": False, "segment_id": 0,
         "num_inliers": np.nan, "reproj_error_px": np.nan,
     })  # fmt: skip

@@ -93,7 +93,7 @@ def _pose_rows(world_from_cam: np.ndarray, ts_s: np.ndarray, episode_id: str) ->
     return pd.DataFrame({
         "episode_id": episode_id, "frame_idx": np.arange(len(ts_s)), "ts_s": ts_s,
         "world_from_cam_q_wxyz": list(quat_wxyz_from_matrix(world_from_cam[:, :3, :3])),
-        "world_from_cam_t_m": list(world_from_cam[:, :3, 3]), "pose_quality": "keyframe",
+        "world_from_cam_t_mu": list(world_from_cam[:, :3, 3]), "pose_quality": "keyframe",
     })  # fmt: skip
 
 
@@ -104,10 +104,10 @@ def map_rows(sim: SimulatedMap, ts_s: np.ndarray, episode_id: str = EPISODE) -> 
         "episode_id": episode_id, "frame_idx": sim.keyframes,
         "obs_point_idx": [o.tolist() for o in sim.observed],
         "world_from_cam_q_wxyz": list(quat_wxyz_from_matrix(poses[sim.keyframes, :3, :3])),
-        "world_from_cam_t_m": list(poses[sim.keyframes, :3, 3]), TABLE_COLUMN: KEYFRAME_POSES.name,
+        "world_from_cam_t_mu": list(poses[sim.keyframes, :3, 3]), TABLE_COLUMN: KEYFRAME_POSES.name,
     })  # fmt: skip
     ba_points = pd.DataFrame({
-        "episode_id": episode_id, "point_idx": np.arange(len(sim.points)), "x_in_world_m": list(sim.points),
+        "episode_id": episode_id, "point_idx": np.arange(len(sim.points)), "x_in_world_mu": list(sim.points),
         TABLE_COLUMN: BA_POINTS.name,
     })  # fmt: skip
     return pd.concat([_pose_rows(poses, ts_s, episode_id), keyframes, ba_points], ignore_index=True)
@@ -127,11 +127,11 @@ def _tracked_rows(episode: SynthEpisode, hands: pd.DataFrame, root: Path) -> tup
     poses = tables["camera_poses"].assign(episode_id=EPISODE)
     wfc = world_from_cam_from_columns(
         poses["world_from_cam_q_wxyz"].where(poses["world_from_cam_q_wxyz"].notna(), None),
-        poses["world_from_cam_t_m"].where(poses["world_from_cam_t_m"].notna(), None),
+        poses["world_from_cam_t_mu"].where(poses["world_from_cam_t_mu"].notna(), None),
     )
     truth = evaluate_trajectory(wfc, episode.world_from_cam[poses["frame_idx"].to_numpy()]).scale
     frames = tables["frames"][["frame_idx", "ts_s"]].merge(
-        poses[["episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_m", "pose_quality"]],
+        poses[["episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_mu", "pose_quality"]],
         on="frame_idx",
     )
     keyframes = tables["keyframe_poses"].assign(episode_id=EPISODE, **{TABLE_COLUMN: KEYFRAME_POSES.name})

@@ -49,7 +49,7 @@ def _user_scale(spark: Any, out: str, truth_dir: Path) -> float:
 
     poses = _table(spark, out, "camera_poses").sort_values("frame_idx")
     measured = poses["pose_quality"].isin(MEASURED_QUALITIES).to_numpy()
-    est = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_m"])
+    est = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_mu"])
     gt = np.load(truth_dir / "world_from_cam.npy")[poses["frame_idx"].to_numpy()]
     return float(evaluate_trajectory(est[measured], gt[measured]).scale)
 

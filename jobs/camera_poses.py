@@ -103,7 +103,7 @@ def _process_completion(ctx: StageContext, lineage: Lineage, episodes: list[str]
 
 TRACKING = Stage(
     name="tracking",
-    version="1",
+    version="2",  # 2: map-unit columns named `_mu` (world_from_cam_t_mu, x_in_world_mu)
     upstream="hands",
     config_sections=("tracking",),
     outputs=TRACKING_OUTPUTS,

@@ -255,7 +255,7 @@ def _write_files(
     poses = (
         read(ctx.spark, ctx.layout, CAMERA_POSES)
         .where(scope)
-        .select("episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_m")
+        .select("episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_mu")
     )
     posed = frames.join(poses, ["episode_id", "frame_idx"], "left").join(planned, "episode_id")
     slot_of = F.broadcast(

@@ -39,7 +39,7 @@ def _camera_poses(spark: SparkSession, layout: Layout, episodes: list[str]) -> D
     if not exists(layout, CAMERA_POSES):
         return None
     poses = read(spark, layout, CAMERA_POSES).where(F.col("episode_id").isin(episodes))
-    columns = ["episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_m"]
+    columns = ["episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_mu"]
     optional = [c for c in ("scale_source", "pose_quality") if c in poses.columns]
     return poses.select(*columns, *optional)
 
@@ -64,7 +64,7 @@ def _map_rows(ctx: StageContext, episodes: list[str], videos: DataFrame) -> Data
         keyframes.select(*KEYFRAME_MAP_COLUMNS)
         .withColumn(TABLE_COLUMN, F.lit(KEYFRAME_POSES.name))
         .unionByName(
-            points.select("episode_id", "point_idx", "x_in_world_m").withColumn(
+            points.select("episode_id", "point_idx", "x_in_world_mu").withColumn(
                 TABLE_COLUMN, F.lit(BA_POINTS.name)
             ),
             allowMissingColumns=True,

@@ -10,6 +10,10 @@ concurrent-modification errors and changes nothing. Both writes here are safe to
 given keys, an append of rows not yet committed), so `write` and `append` retry them with jittered
 exponential backoff (`CONFLICT_RETRIES`); the retry sees the table as it now is (it exists, so a first
 write becomes a replace of its keys).
+
+A table whose stored columns differ from the schema's (an OUTPUT written by an egolake before a column
+was renamed) is refused with `TableColumnsChangedError`, naming the table and the columns, before anything
+is written.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ __all__ = [
     "CONFLICT_RETRIES",
     "Layout",
     "Lineage",
+    "TableColumnsChangedError",
     "append",
     "delta_version",
     "exists",
@@ -44,6 +49,10 @@ logger = logging.getLogger(__name__)
 #: Attempts after a commit conflict with a concurrent run; backoff starts at `_BACKOFF_S`, doubles, +-50 %.
 CONFLICT_RETRIES = 8
 _BACKOFF_S = 0.5
+
+
+class TableColumnsChangedError(RuntimeError):
+    """An existing table's columns are not the ones this egolake writes (an OUTPUT of an older version)."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +151,7 @@ def write(
     def commit() -> None:
         writer = df.write.format("delta")
         if exists(layout, schema):  # asked again on a retry: a concurrent run may have created it
+            _check_columns(df.sparkSession, layout, schema)
             writer = writer.mode("overwrite").option("replaceWhere", predicate)
         else:
             writer = writer.mode("append")
@@ -149,6 +159,19 @@ def write(
 
     _retry_conflicts(commit, schema.name)
     logger.info("wrote table=%s keys=%d", schema.name, len(keys))
+
+
+def _check_columns(spark: SparkSession, layout: Layout, schema: TableSchema) -> None:
+    """Refuse to write into a table stored with other columns (Delta would fail with a bare schema diff)."""
+    path = layout.table(schema.name)
+    stored = set(spark.read.format("delta").load(path).schema.fieldNames())
+    expected = set(schema.spark_full.fieldNames())
+    if stored != expected:
+        raise TableColumnsChangedError(
+            f"table {schema.name} at {path} holds columns {sorted(stored - expected)} where this egolake "
+            f"writes {sorted(expected - stored)} (schema version {schema.version}): the OUTPUT was written "
+            "by an older egolake; run into a new OUTPUT"
+        )
 
 
 def append(df: DataFrame, layout: Layout, schema: TableSchema) -> None:

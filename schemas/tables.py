@@ -228,9 +228,11 @@ FEATURES = TableSchema(
 )
 
 # Camera-pose columns: a transform names its target and source frame; quaternions are wxyz.
+# Units are in the name: `_m` metres, `_mu` map units (the monocular map's arbitrary length, one per
+# episode). Camera and map tables stay in map units; `hands_world.metres_per_unit` turns them into metres.
 _WORLD_FROM_CAM = (
     pa.field("world_from_cam_q_wxyz", _F64_LIST),  # rotation, 4 floats; null when the frame has no pose
-    pa.field("world_from_cam_t_m", _F64_LIST),  # camera centre in world, 3 floats, map units
+    pa.field("world_from_cam_t_mu", _F64_LIST),  # camera centre in world, 3 floats, map units
 )
 
 CAMERAS = TableSchema(
@@ -256,7 +258,7 @@ CAMERAS = TableSchema(
 
 TRACKS = TableSchema(
     name="tracks",
-    version="1",
+    version="2",
     key=("episode_id", "frame_idx"),
     partition_key="episode_id",
     arrow=pa.schema(
@@ -277,7 +279,7 @@ TRACKS = TableSchema(
 
 KEYFRAMES = TableSchema(
     name="keyframes",
-    version="1",
+    version="2",
     key=("episode_id", "frame_idx"),
     partition_key="episode_id",
     arrow=pa.schema(
@@ -294,7 +296,7 @@ KEYFRAMES = TableSchema(
 
 MAP_POINTS = TableSchema(
     name="map_points",
-    version="2",
+    version="3",
     key=("episode_id", "point_idx"),
     partition_key="episode_id",
     arrow=pa.schema(
@@ -305,14 +307,14 @@ MAP_POINTS = TableSchema(
             # further tracks that see it (found again by relocalisation, or merged from a duplicate point)
             pa.field("alias_track_ids", pa.list_(pa.int64())),
             pa.field("segment_id", pa.int32(), nullable=False),  # map; -1: merged into another point
-            pa.field("x_in_world_m", _F64_LIST),  # 3 floats, map units, tracking estimate (BA input)
+            pa.field("x_in_world_mu", _F64_LIST),  # 3 floats, map units, tracking estimate (BA input)
         ]
     ),
 )
 
 KEYFRAME_POSES = TableSchema(
     name="keyframe_poses",
-    version="1",
+    version="2",
     key=("episode_id", "frame_idx"),
     partition_key="episode_id",
     arrow=pa.schema(
@@ -329,14 +331,14 @@ KEYFRAME_POSES = TableSchema(
 
 BA_POINTS = TableSchema(
     name="ba_points",
-    version="1",
+    version="2",
     key=("episode_id", "point_idx"),
     partition_key="episode_id",
     arrow=pa.schema(
         [
             pa.field("episode_id", pa.string(), nullable=False),
             pa.field("point_idx", pa.int64(), nullable=False),  # as in `map_points`
-            pa.field("x_in_world_m", _F64_LIST),  # 3 floats, map units, after global BA (all points)
+            pa.field("x_in_world_mu", _F64_LIST),  # 3 floats, map units, after global BA (all points)
         ]
     ),
 )
@@ -365,7 +367,7 @@ BA_CAMERAS = TableSchema(
 
 CAMERA_POSES = TableSchema(
     name="camera_poses",
-    version="1",
+    version="2",
     key=("episode_id", "frame_idx"),
     partition_key="episode_id",
     arrow=pa.schema(

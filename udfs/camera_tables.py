@@ -63,7 +63,7 @@ def camera_for_frames(calibration_json: str | None, width: int, height: int) -> 
 
 
 def pose_columns(world_from_cam: np.ndarray) -> tuple[list[list[float] | None], list[list[float] | None]]:
-    """The `world_from_cam_q_wxyz` and `world_from_cam_t_m` values of poses ``(F, 4, 4)``; None where NaN."""
+    """The `world_from_cam_q_wxyz` and `world_from_cam_t_mu` values of poses ``(F, 4, 4)``; None where NaN."""
     ok = np.isfinite(world_from_cam).all(axis=(1, 2))
     q = np.zeros((len(world_from_cam), 4))
     if ok.any():
@@ -148,7 +148,7 @@ def keyframe_rows(episode_id: str, keyframes: list[Keyframe], segment_id: np.nda
             "frame_idx": np.array([k.frame_idx for k in keyframes], np.int64),
             "segment_id": np.array([segment_id[k.frame_idx] for k in keyframes], np.int32),
             "world_from_cam_q_wxyz": q,
-            "world_from_cam_t_m": t,
+            "world_from_cam_t_mu": t,
             "obs_point_idx": [np.asarray(k.point_idx, np.int64) for k in keyframes],
             "obs_xy": [np.asarray(k.xy, np.float64).reshape(-1) for k in keyframes],
         }
@@ -158,7 +158,7 @@ def keyframe_rows(episode_id: str, keyframes: list[Keyframe], segment_id: np.nda
 def keyframes_from_rows(rows: pd.DataFrame) -> list[Keyframe]:
     """Inverse of `keyframe_rows`, in frame order."""
     rows = rows.sort_values("frame_idx")
-    wfc = world_from_cam_from_columns(rows["world_from_cam_q_wxyz"], rows["world_from_cam_t_m"])
+    wfc = world_from_cam_from_columns(rows["world_from_cam_q_wxyz"], rows["world_from_cam_t_mu"])
     cfw = invert_rigid_matrices(wfc) if len(rows) else wfc
     return [
         Keyframe(int(f), c, np.asarray(p, np.int64), np.asarray(xy, np.float64).reshape(-1, 2))
@@ -172,7 +172,7 @@ def point_rows(episode_id: str, points: np.ndarray, result: TrackingResult | Non
         {
             "episode_id": episode_id,
             "point_idx": np.arange(len(points), dtype=np.int64),
-            "x_in_world_m": list(np.asarray(points, np.float64)),
+            "x_in_world_mu": list(np.asarray(points, np.float64)),
         }
     )
     if result is not None:
@@ -194,7 +194,7 @@ def points_from_rows(rows: pd.DataFrame) -> np.ndarray:
     rows = rows.sort_values("point_idx")
     if not np.array_equal(rows["point_idx"].to_numpy(), np.arange(len(rows))):
         raise EgolakeError("map point indices are not 0..P-1")
-    return np.array(rows["x_in_world_m"].tolist(), np.float64).reshape(-1, 3)
+    return np.array(rows["x_in_world_mu"].tolist(), np.float64).reshape(-1, 3)
 
 
 def tracking_result_from_rows(
@@ -212,7 +212,7 @@ def tracking_result_from_rows(
     meta = map_points.sort_values("point_idx")
     return TrackingResult(
         world_from_cam=world_from_cam_from_columns(
-            tracks["world_from_cam_q_wxyz"], tracks["world_from_cam_t_m"]
+            tracks["world_from_cam_q_wxyz"], tracks["world_from_cam_t_mu"]
         ),
         state=np.array([codes[s] for s in tracks["tracking_state"]], np.int8),
         segment_id=tracks["segment_id"].to_numpy(np.int32),

@@ -58,22 +58,22 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Columns of the posed-frame input. Optional: `scale_source` (the camera poses' metric scale: when
-#: one of `SCALE_SOURCES`, `world_from_cam_t_m` is taken as metres), `imu_path` and `imu_source`
+#: one of `SCALE_SOURCES`, `world_from_cam_t_mu` is taken as metres), `imu_path` and `imu_source`
 #: (the episode's IMU, `videos.imu_path` / `imu_source`: the sidecar, or the video for its GPMF
 #: track; a metric scale candidate and the gravity direction) and `pose_quality` (only frames of
 #: `MEASURED_QUALITIES` give the IMU scale position equations).
 POSED_FRAME_COLUMNS: tuple[str, ...] = (
-    "episode_id", "frame_idx", "ts_s", "world_from_cam_q_wxyz", "world_from_cam_t_m",
+    "episode_id", "frame_idx", "ts_s", "world_from_cam_q_wxyz", "world_from_cam_t_mu",
 )  # fmt: skip
 
 #: Tables whose rows may be stacked (`_table`) under the posed frames: the episode's map, its
-#: `keyframe_poses` (with `KEYFRAME_MAP_COLUMNS`) and `ba_points` (`point_idx`, `x_in_world_m`).
+#: `keyframe_poses` (with `KEYFRAME_MAP_COLUMNS`) and `ba_points` (`point_idx`, `x_in_world_mu`).
 MAP_TABLES: tuple[str, ...] = (KEYFRAME_POSES.name, BA_POINTS.name)
 
 #: Columns of the stacked `keyframe_poses` rows: the keyframe's pose and observations, and the
 #: episode's `videos` columns that locate and calibrate a stereo pair (null without a partner).
 KEYFRAME_MAP_COLUMNS: tuple[str, ...] = (
-    "episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_m", "obs_point_idx", "obs_xy",
+    "episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_mu", "obs_point_idx", "obs_xy",
     "source_path", "stereo_partner_path", "calibration_json",
 )  # fmt: skip
 
@@ -90,13 +90,13 @@ def _episode_frames(frames: pd.DataFrame, hands: pd.DataFrame) -> EpisodeFrames:
     A frame's centre counts as measured when its `pose_quality` is one of `MEASURED_QUALITIES` (every
     frame's without the column).
     """
-    posed = frames[frames["world_from_cam_q_wxyz"].notna() & frames["world_from_cam_t_m"].notna()]
+    posed = frames[frames["world_from_cam_q_wxyz"].notna() & frames["world_from_cam_t_mu"].notna()]
     posed = posed.sort_values("frame_idx")
     if posed.empty:
         raise EgolakeError("no camera poses for this episode's frames")
     world_from_cam = np.tile(np.eye(4), (len(posed), 1, 1))
     world_from_cam[:, :3, :3] = matrix_from_quat_wxyz(list_column(posed["world_from_cam_q_wxyz"], 4))
-    world_from_cam[:, :3, 3] = list_column(posed["world_from_cam_t_m"], 3)
+    world_from_cam[:, :3, 3] = list_column(posed["world_from_cam_t_mu"], 3)
     fx, fy, cx, cy = np.asarray(hands["intrinsics_px"].iat[0], np.float64)
     measured = posed["pose_quality"].isin(MEASURED_QUALITIES).to_numpy() if "pose_quality" in posed else None
     return EpisodeFrames(
@@ -193,7 +193,7 @@ def _stereo_scale(rows: pd.DataFrame, opts: FusionOptions) -> StereoScale | None
     so = opts.stereo_scale
     if rows.empty or not so.enabled or "stereo_partner_path" not in rows:
         return None
-    keyframes = rows[(rows[TABLE_COLUMN] == KEYFRAME_POSES.name) & rows["world_from_cam_t_m"].notna()]
+    keyframes = rows[(rows[TABLE_COLUMN] == KEYFRAME_POSES.name) & rows["world_from_cam_t_mu"].notna()]
     keyframes = keyframes[keyframes["stereo_partner_path"].notna()]
     if keyframes.empty:
         return None
@@ -214,8 +214,8 @@ def _stereo_scale(rows: pd.DataFrame, opts: FusionOptions) -> StereoScale | None
         raise InputError("stereo_mismatch", message, str(first["stereo_partner_path"]))
     camera = camera_for_frames(first["calibration_json"], width, height)
     matcher = StereoMatcher(StereoRig(camera, camera, right_from_left), so.disparity)
-    points = rows[rows[TABLE_COLUMN] == BA_POINTS.name].set_index("point_idx")["x_in_world_m"]
-    poses = world_from_cam_from_columns(keyframes["world_from_cam_q_wxyz"], keyframes["world_from_cam_t_m"])
+    points = rows[rows[TABLE_COLUMN] == BA_POINTS.name].set_index("point_idx")["x_in_world_mu"]
+    poses = world_from_cam_from_columns(keyframes["world_from_cam_q_wxyz"], keyframes["world_from_cam_t_mu"])
     views = []
     for pose, (_, kf) in zip(poses, keyframes.iterrows(), strict=True):
         idx = np.asarray(kf["obs_point_idx"], np.int64)
@@ -231,7 +231,7 @@ def map_points(rows: pd.DataFrame, min_observations: int) -> np.ndarray | None:
 
     Args:
         rows: the stacked map rows (`MAP_TABLES` in `_table`): `ba_points` (`point_idx`,
-            `x_in_world_m`) and `keyframe_poses` (`obs_point_idx`).
+            `x_in_world_mu`) and `keyframe_poses` (`obs_point_idx`).
         min_observations: fewest keyframes that must have seen a point.
 
     Returns:
@@ -245,7 +245,7 @@ def map_points(rows: pd.DataFrame, min_observations: int) -> np.ndarray | None:
     ids, counts = np.unique(np.concatenate(seen), return_counts=True) if seen else (np.zeros(0), np.zeros(0))
     count = pd.Series(counts, index=ids).reindex(points["point_idx"].to_numpy(np.int64)).fillna(0)
     kept = points[(count >= min_observations).to_numpy()]
-    return list_column(kept["x_in_world_m"], 3)
+    return list_column(kept["x_in_world_mu"], 3)
 
 
 def _scale_candidates(

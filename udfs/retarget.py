@@ -1,7 +1,7 @@
 """Per-episode retargeting: frames and `hands_world` rows in, `robot_actions` and `robot_quality` rows out.
 
 Called by the `retarget` stage through `groupBy(episode_id).cogroup(...).applyInPandas` with two light
-frames per episode: its frames (`frame_idx`, `ts_s`, and the camera centre `world_from_cam_t_m` where a
+frames per episode: its frames (`frame_idx`, `ts_s`, and the camera centre `world_from_cam_t_mu` where a
 camera pose exists) and its wearer hands' world keypoints with the episode's `scale_source`. Callable on
 pandas frames without Spark. The output stacks both tables (`udfs.multi_output`).
 
@@ -102,7 +102,7 @@ GRAVITY_COLUMN = "gravity_dir_world"
 #: Optional hands_world columns: the metric scale and its standard error, recorded on every row.
 SCALE_COLUMNS: tuple[str, ...] = ("metres_per_unit", "metres_per_unit_std")
 #: The camera centre per frame (camera_poses, map units; times hands_world's `metres_per_unit`).
-CAMERA_COLUMN = "world_from_cam_t_m"
+CAMERA_COLUMN = "world_from_cam_t_mu"
 #: `robot_actions`' per-step error columns in `pose_core.retarget.quality.retarget_figures`' order: to the
 #: hand, to the smoothed target (tracking), the axes, the smoothing shift.
 STEP_ERRORS: tuple[str, ...] = ("hand_error_m", "ee_error_m", "approach_error_rad", "closing_error_rad",

@@ -167,7 +167,7 @@ def tracking_unit(view: pd.DataFrame, opts: CameraTrackingOptions) -> pd.DataFra
             "num_inliers": result.num_inliers,
             "reproj_error_px": result.reproj_error_px.astype(np.float32),
             "world_from_cam_q_wxyz": q,
-            "world_from_cam_t_m": t,
+            "world_from_cam_t_mu": t,
         }
     )
     return stack_tables(
@@ -248,7 +248,7 @@ def completion_unit(
             "frame_idx": np.arange(len(done.quality), dtype=np.int64),
             "ts_s": ts,
             "world_from_cam_q_wxyz": q,
-            "world_from_cam_t_m": tr,
+            "world_from_cam_t_mu": tr,
             "pose_quality": [PoseQuality(int(x)).name.lower() for x in done.quality],
             "tracking_state": state_names(done.tracking_state),
             "segment_id": done.segment_id,

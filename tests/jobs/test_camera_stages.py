@@ -59,7 +59,7 @@ def test_every_frame_has_a_camera_pose_close_to_ground_truth(spark, camera_run):
     assert len(shards) >= 3
     poses = _table(spark, out, "camera_poses").sort_values("frame_idx")
     assert poses["frame_idx"].tolist() == list(range(FRAMES))
-    est = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_m"])
+    est = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_mu"])
     assert np.isfinite(est).all()
     gt = np.load(paths["world_from_cam"])
     err = evaluate_trajectory(est, gt)
@@ -104,7 +104,7 @@ def _fuse_tracked_poses(spark, camera_run, cfg, run_id):
     poses = _table(spark, out, "camera_poses").sort_values("frame_idx")
     episode_id = poses["episode_id"].iat[0]
     measured = poses["pose_quality"].isin(MEASURED_QUALITIES).to_numpy()
-    est = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_m"])
+    est = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_mu"])
     gt = np.load(paths["world_from_cam"])
     truth = evaluate_trajectory(est[measured], gt[measured]).scale  # metres per map unit, Sim(3) fit
     # The sample's ground truth as the fields `noisy_hands_cam` reads (regenerating it would cost more).

@@ -92,7 +92,7 @@ def test_the_demo_export_loads_in_lerobot_with_the_world_tables_values(spark, de
                 keypoints = np.asarray(hands.loc[(frame, identity), "keypoints_world_m"]).reshape(21, 3)
                 np.testing.assert_allclose(state[slot, :3], keypoints[0], atol=1e-6)  # metres already
                 checked += 1
-        t = poses.loc[frame, "world_from_cam_t_m"]
+        t = poses.loc[frame, "world_from_cam_t_mu"]
         assert (arrays["value/observation.present"][i, 2] > 0) == (t is not None)
         if t is not None:  # camera translation in metres: map units times the IMU's scale
             np.testing.assert_allclose(

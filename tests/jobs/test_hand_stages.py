@@ -72,7 +72,7 @@ def fused(spark, pipeline_run):
     poses = pd.DataFrame({
         "episode_id": frames["episode_id"], "frame_idx": frames["frame_idx"],
         "world_from_cam_q_wxyz": list(quat_wxyz_from_matrix(rot)),
-        "world_from_cam_t_m": list(0.02 * np.stack([np.sin(phase), 0 * phase, np.cos(phase)], axis=1)),
+        "world_from_cam_t_mu": list(0.02 * np.stack([np.sin(phase), 0 * phase, np.cos(phase)], axis=1)),
     })  # fmt: skip
     spark.createDataFrame(poses).write.format("delta").save(Layout(out).table("camera_poses"))
     ctx = StageContext(spark, cfg, Layout(out), "run-fusion")
@@ -128,7 +128,7 @@ def test_hands_world_agrees_with_camera_poses_and_hands_cam(spark, fused):
     # Back in the camera frame, world keypoints are the (size-held, smoothed) fits of hands_cam.
     merged = world[~world["filled"]].merge(valid, on=["frame_idx", "hand_slot"])
     rot = matrix_from_quat_wxyz(_stack(poses.loc[merged["frame_idx"], "world_from_cam_q_wxyz"]))
-    trans = _stack(poses.loc[merged["frame_idx"], "world_from_cam_t_m"])
+    trans = _stack(poses.loc[merged["frame_idx"], "world_from_cam_t_mu"])
     wrist_world = _stack(merged["keypoints_world_m"])[:, :3]
     wrist_in_cam = np.einsum("nji,nj->ni", rot, wrist_world - trans)
     wrist_cam = _stack(merged["keypoints_cam_m"])[:, :3]

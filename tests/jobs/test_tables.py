@@ -60,3 +60,25 @@ def test_concurrent_first_writes_to_one_new_table_all_land(spark, tmp_path) -> N
         list(pool.map(write_one, paths))
     got = sorted(r.source_path for r in read(spark, layout, QUARANTINE).collect())
     assert got == paths
+
+
+@pytest.mark.spark
+def test_a_table_stored_with_other_columns_is_refused_by_name(spark, tmp_path) -> None:
+    """An OUTPUT from before a column rename: the write names the table and columns and changes nothing."""
+    from pyspark.sql import functions as F
+
+    from jobs.tables import Layout, Lineage, TableColumnsChangedError, read, write
+
+    layout = Layout(str(tmp_path))
+    row = {"source_path": "/in/a.mp4", "reason_code": "corrupt", "message": "bad", "size_bytes": 1,
+           "content_sha256": None, "duplicate_of": None}  # fmt: skip
+    lineage = Lineage(run_id="run-1", stage_version="1", config_hash="h")
+    write(spark.createDataFrame([row], QUARANTINE.spark), layout, QUARANTINE, ["/in/a.mp4"], lineage)
+    old = read(spark, layout, QUARANTINE).withColumnRenamed("message", "msg")
+    renamed = old.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+    renamed.save(layout.table(QUARANTINE.name))
+
+    with pytest.raises(TableColumnsChangedError, match=r"quarantine at .*\['msg'\].*\['message'\]"):
+        write(spark.createDataFrame([row], QUARANTINE.spark), layout, QUARANTINE, ["/in/a.mp4"], lineage)
+    stored = read(spark, layout, QUARANTINE)
+    assert stored.columns.count("msg") == 1 and stored.filter(F.col("msg") == "bad").count() == 1

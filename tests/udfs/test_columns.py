@@ -11,7 +11,7 @@ from udfs.columns import list_column
 
 def test_rows_and_nulls() -> None:
     rows = [[1.0, 2.0, 3.0], None, np.array([4, 5, 6]), np.nan]
-    column = pd.Series(rows, name="x_in_world_m", dtype=object)
+    column = pd.Series(rows, name="x_in_world_mu", dtype=object)
     out = list_column(column, 3)
     assert out.dtype == np.float64 and out.shape == (4, 3)
     np.testing.assert_array_equal(out[[0, 2]], [[1, 2, 3], [4, 5, 6]])

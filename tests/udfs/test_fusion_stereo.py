@@ -43,7 +43,7 @@ def sample(tmp_path_factory):
             "frame_idx": np.arange(episode.num_frames),
             "ts_s": episode.ts_s,
             "world_from_cam_q_wxyz": list(quat_wxyz_from_matrix(world_from_cam[:, :3, :3])),
-            "world_from_cam_t_m": list(world_from_cam[:, :3, 3]),
+            "world_from_cam_t_mu": list(world_from_cam[:, :3, 3]),
         }
     )
     keyframes, points = [], []
@@ -57,7 +57,7 @@ def sample(tmp_path_factory):
                 "episode_id": "ep0",
                 "frame_idx": i,
                 "world_from_cam_q_wxyz": quat_wxyz_from_matrix(pose[:3, :3]).tolist(),
-                "world_from_cam_t_m": pose[:3, 3].tolist(),
+                "world_from_cam_t_mu": pose[:3, 3].tolist(),
                 "obs_point_idx": list(range(first, first + len(xy))),
                 "obs_xy": xy.ravel().tolist(),
                 "source_path": paths["video"],
@@ -71,7 +71,7 @@ def sample(tmp_path_factory):
         {
             "episode_id": "ep0",
             "point_idx": np.arange(len(x_world)),
-            "x_in_world_m": list(x_world),
+            "x_in_world_mu": list(x_world),
             TABLE_COLUMN: BA_POINTS.name,
         }
     )

@@ -49,7 +49,7 @@ def fused():
     """(the stage units' tables, hands_world rows, the fused hands) of the clip."""
     tables = episode_tables(str(CLIP))
     poses = tables["camera_poses"][
-        ["episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_m", "pose_quality"]
+        ["episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_mu", "pose_quality"]
     ]
     posed = tables["frames"][["episode_id", "frame_idx", "ts_s"]].merge(poses, on=["episode_id", "frame_idx"])
     stacked = pd.concat(
@@ -92,7 +92,7 @@ def test_the_desk_is_stated_in_metres_below_the_camera(fused):
     opts = HandScaleOptions()
     points = map_points(stacked[stacked[TABLE_COLUMN].notna()], opts.min_point_observations)
     poses = tables["camera_poses"]
-    world_from_cam = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_m"])
+    world_from_cam = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_mu"])
     hands_cam = tables["hands_cam"]
     fx, _, cx, cy = np.asarray(hands_cam["intrinsics_px"].iat[0], np.float64)
     heights = []

@@ -41,7 +41,7 @@ def posed_frames(ep, episode_id="ep0"):
             "frame_idx": np.arange(ep.num_frames),
             "ts_s": ep.ts_s,
             "world_from_cam_q_wxyz": list(quat_wxyz_from_matrix(ep.world_from_cam[:, :3, :3])),
-            "world_from_cam_t_m": list(ep.world_from_cam[:, :3, 3]),
+            "world_from_cam_t_mu": list(ep.world_from_cam[:, :3, 3]),
         }
     )
 
@@ -86,7 +86,7 @@ def test_scale_source_and_user_scale_are_recorded(episode):
     frames = posed_frames(episode).assign(scale_source="stereo")
     assert (fuse_hands(frames, hands, FusionOptions())["scale_source"] == "stereo").all()
     shrunk = posed_frames(episode)
-    shrunk["world_from_cam_t_m"] = [t / 4.0 for t in shrunk["world_from_cam_t_m"]]  # units of 25 cm
+    shrunk["world_from_cam_t_mu"] = [t / 4.0 for t in shrunk["world_from_cam_t_mu"]]  # units of 25 cm
     user = fuse_hands(shrunk, hands, FusionOptions(user_metres_per_unit=4.0))
     metric = fuse_hands(posed_frames(episode), hands, FusionOptions())
     assert (user["scale_source"] == "user").all() and (user["metres_per_unit"] == 4.0).all()
@@ -113,8 +113,8 @@ def test_imu_makes_map_units_metric(episode, tmp_path):
     hands = noisy_hands_cam(episode, np.random.default_rng(1))
     metric = fuse_hands(posed_frames(episode), hands, FusionOptions())
     shrunk = posed_frames(episode).assign(imu_path=_imu_csv(episode, tmp_path / "ep0.imu.csv", rng))
-    noisy = [t + rng.normal(0.0, 0.002, 3) for t in shrunk["world_from_cam_t_m"]]  # 2 mm tracking noise
-    shrunk["world_from_cam_t_m"] = [t / 4.0 for t in noisy]
+    noisy = [t + rng.normal(0.0, 0.002, 3) for t in shrunk["world_from_cam_t_mu"]]  # 2 mm tracking noise
+    shrunk["world_from_cam_t_mu"] = [t / 4.0 for t in noisy]
     out = fuse_hands(shrunk, hands, FusionOptions())
     assert (out["scale_source"] == "imu").all()
     scale = out["metres_per_unit"].iat[0]

@@ -95,7 +95,7 @@ def test_units_give_every_frame_a_pose_near_ground_truth(sample, priors):
     assert len(ba["ba_points"]) == len(tracked["map_points"])
     tables = {**tracked, **ba, "frames": frames, "feature_view": view}
     poses = completion_unit(stack_tables([(s, tables[s.name]) for s in COMPLETION_INPUTS]), copts, opts)
-    est = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_m"])
+    est = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_mu"])
     assert np.isfinite(est).all()
     err = evaluate_trajectory(est, np.load(sample["world_from_cam"]))
     assert err.ate_pct_of_path <= 2.0, err  # measured: see the report of the camera stages

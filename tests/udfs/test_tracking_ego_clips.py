@@ -72,7 +72,7 @@ def test_the_stirring_clips_tilts_are_measured(clip):
     name, _, poses = clip
     if name != "lavila_ego4d_stirring.mp4":
         pytest.skip("stated for the stirring clip")
-    wfc = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_m"])
+    wfc = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_mu"])
     for a, b in ((13, 22), (33, 42)):  # each tilt: about a tenth of the frame, some 5 degrees
         turned = np.degrees(np.linalg.norm(so3_log((wfc[a, :3, :3].T @ wfc[b, :3, :3])[None])[0]))
         assert turned > 2.0, (a, b, turned)

@@ -67,7 +67,7 @@ def _run(feats, calibration_json: str | None, copts: CompletionOptions, self_cal
 
 
 def _ate_pct(poses: pd.DataFrame, gt: np.ndarray) -> float:
-    est = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_m"])
+    est = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_mu"])
     return evaluate_trajectory(est, gt).ate_pct_of_path
 
 

@@ -211,7 +211,7 @@ def _source_frames(frames: pd.DataFrame, hands: pd.DataFrame, use_filled: bool) 
     posed = np.isfinite(q).all(axis=1)
     world_from_cam[posed] = np.eye(4)
     world_from_cam[posed, :3, :3] = matrix_from_quat_wxyz(q[posed])
-    world_from_cam[posed, :3, 3] = list_column(frames["world_from_cam_t_m"], 3)[posed]
+    world_from_cam[posed, :3, 3] = list_column(frames["world_from_cam_t_mu"], 3)[posed]
     return _SourceFrames(frame_idx, frames["ts_s"].to_numpy(np.float64), keypoints, filled, world_from_cam)
 
 
@@ -419,7 +419,7 @@ def export_episode(
 
     Args:
         frames: the episode's frames (`episode_id`, `frame_idx`, `ts_s`, `world_from_cam_q_wxyz`,
-            `world_from_cam_t_m`; poses null where missing) plus `PLAN_COLUMNS`.
+            `world_from_cam_t_mu`; poses null where missing) plus `PLAN_COLUMNS`.
         rows: its `hands_world` rows (`identity`, `frame_idx`, `keypoints_world_m`, `filled`), or for
             a robot dataset its `robot_actions` rows of that embodiment.
         opts: export settings.

@@ -147,7 +147,7 @@ def episode_view(frames: pd.DataFrame, camera_poses: pd.DataFrame, hands_world: 
         joined[name] = _values(joined[name], fill, dtype)
     n = len(joined)
     q = joined.get("world_from_cam_q_wxyz", pd.Series([None] * n))
-    t = joined.get("world_from_cam_t_m", pd.Series([None] * n))
+    t = joined.get("world_from_cam_t_mu", pd.Series([None] * n))
     world_from_cam = world_from_cam_from_columns(q.where(q.notna(), None), t.where(t.notna(), None))
     index = {int(f): i for i, f in enumerate(joined["frame_idx"])}
     hands_world = hands_world[hands_world["frame_idx"].isin(index)]

@@ -177,7 +177,7 @@ def _render(
         raise EgolakeError("no frame of the episode's video could be decoded for the QA page")
     with open(os.path.join(folder, "thumb.jpg"), "wb") as fh:
         fh.write(jpegs[len(jpegs) // 2])
-    points = t[BA_POINTS.name]["x_in_world_m"].dropna()
+    points = t[BA_POINTS.name]["x_in_world_mu"].dropna()
     pts = list_column(points, 3)
     pts = pts * view.metres_per_unit
     if len(pts) > opts.max_scene_points:

@@ -49,7 +49,7 @@ def _tables(episode_id: str, frames: np.ndarray, gt: dict) -> tuple[pd.DataFrame
             "frame_idx": frames,
             "ts_s": gt["ts_s"][frames],
             "world_from_cam_q_wxyz": list(quat_wxyz_from_matrix(poses[:, :3, :3])),
-            "world_from_cam_t_m": list(poses[:, :3, 3]),
+            "world_from_cam_t_mu": list(poses[:, :3, 3]),
         }
     )
     hands = pd.DataFrame(
@@ -369,7 +369,7 @@ def test_faces_in_real_photos_are_blurred_in_the_exported_video(tmp_path):
             "frame_idx": np.arange(n),
             "ts_s": np.arange(n) / 30,
             "world_from_cam_q_wxyz": [[1.0, 0.0, 0.0, 0.0]] * n,
-            "world_from_cam_t_m": [[0.0, 0.0, 0.0]] * n,
+            "world_from_cam_t_mu": [[0.0, 0.0, 0.0]] * n,
             "episode_index": 0,
             "task_index": 0,
             "length": n,

@@ -84,7 +84,7 @@ def test_fusion_gets_the_same_imu_result_from_the_track_and_from_the_sidecar(
             "frame_idx": posed.frame_idx,
             "ts_s": posed.ts_s,
             "world_from_cam_q_wxyz": list(quat_wxyz_from_matrix(posed.world_from_cam[:, :3, :3])),
-            "world_from_cam_t_m": list(posed.world_from_cam[:, :3, 3]),
+            "world_from_cam_t_mu": list(posed.world_from_cam[:, :3, 3]),
         }
     )
     opts = FusionOptions()

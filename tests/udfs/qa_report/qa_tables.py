@@ -86,7 +86,7 @@ def synth_tables(
                 "frame_idx": fidx,
                 "ts_s": ep.ts_s,
                 "world_from_cam_q_wxyz": q,
-                "world_from_cam_t_m": t,
+                "world_from_cam_t_mu": t,
                 "pose_quality": "motion_only",
                 "tracking_state": "tracking",
                 "segment_id": 0,
@@ -117,7 +117,7 @@ def synth_tables(
             {
                 "episode_id": EPISODE,
                 "point_idx": np.arange(200),
-                "x_in_world_m": list(np.random.default_rng(seed).uniform(-2, 2, (200, 3))),
+                "x_in_world_mu": list(np.random.default_rng(seed).uniform(-2, 2, (200, 3))),
             },
         ),  # fmt: skip
         VIDEOS.name: _table(VIDEOS, {"episode_id": [EPISODE], "source_path": [source], "kind": "video"}),
@@ -132,17 +132,17 @@ def inject_tracking_loss(t: dict[str, pd.DataFrame], start: int, stop: int) -> N
     lost = cp["frame_idx"].between(start, stop - 1)
     cp.loc[lost, "tracking_state"] = "lost"
     cp.loc[lost, "world_from_cam_q_wxyz"] = pd.Series([None] * int(lost.sum()), index=cp.index[lost])
-    cp.loc[lost, "world_from_cam_t_m"] = pd.Series([None] * int(lost.sum()), index=cp.index[lost])
+    cp.loc[lost, "world_from_cam_t_mu"] = pd.Series([None] * int(lost.sum()), index=cp.index[lost])
     cp.loc[cp["frame_idx"] >= stop, "segment_id"] = cp["segment_id"].max() + 1
 
 
 def inject_scale_jump(t: dict[str, pd.DataFrame], at: int, factor: float) -> None:
     """From frame `at` a new segment whose map scale is `factor` times the old one (path continuous)."""
     cp = t[CAMERA_POSES.name]
-    anchor = np.asarray(cp.loc[cp["frame_idx"] == at - 1, "world_from_cam_t_m"].iat[0])
+    anchor = np.asarray(cp.loc[cp["frame_idx"] == at - 1, "world_from_cam_t_mu"].iat[0])
     after = cp["frame_idx"] >= at
-    cp.loc[after, "world_from_cam_t_m"] = pd.Series(
-        [(anchor + factor * (np.asarray(v) - anchor)).tolist() for v in cp.loc[after, "world_from_cam_t_m"]],
+    cp.loc[after, "world_from_cam_t_mu"] = pd.Series(
+        [(anchor + factor * (np.asarray(v) - anchor)).tolist() for v in cp.loc[after, "world_from_cam_t_mu"]],
         index=cp.index[after],
     )
     cp.loc[after, "segment_id"] = cp["segment_id"].max() + 1
