@@ -210,8 +210,11 @@ def _serve(args, cfg, build_spark) -> int:  # noqa: ANN001
 def run_demo(spark, cfg, output: str, frames: int = DEMO_FRAMES, on_stage=None):  # noqa: ANN001, ANN201
     """Generate the synthetic sample under OUTPUT/sample and run every stage on it (resumable).
 
+    Retargets to `DEMO_EMBODIMENTS` unless the configuration names its own, so a newcomer sees robot
+    datasets beside the hand dataset.
+
     Returns:
-        The run's `RunSummary`; the dataset is under OUTPUT/datasets/<export.name>/latest.
+        The run's `RunSummary`; the datasets are under OUTPUT/datasets/<name>/latest.
     """
     import os
 
@@ -221,12 +224,12 @@ def run_demo(spark, cfg, output: str, frames: int = DEMO_FRAMES, on_stage=None):
     sample_dir = os.path.join(output, "sample")
     write_sample(sample_dir, SampleOptions(frames=frames))
     videos = os.path.join(sample_dir, "videos")
+    if not cfg.embodiments:
+        cfg = replace(cfg, embodiments=DEMO_EMBODIMENTS)
     return run_pipeline(spark, cfg, videos, output, resume=True, on_stage=on_stage)
 
 
 def _demo(args, cfg, build_spark) -> int:  # noqa: ANN001
-    if not cfg.embodiments:
-        cfg = replace(cfg, embodiments=DEMO_EMBODIMENTS)
     from jobs.progress import Progress
 
     spark = build_spark(cfg.spark)

@@ -72,14 +72,17 @@ def corpus_run(spark, corpus, tmp_path_factory) -> tuple[str, object, object]:
 @pytest.fixture(scope="session")
 def demo_run(spark, tmp_path_factory) -> tuple[str, object, object]:
     """`egolake demo` with the default configuration (`jobs.cli.run_demo`: the generated 5-s clip through
-    every stage, ending in dataset hands/v1): (output, config, summary). The sample is under OUTPUT/sample.
+    every stage, ending in datasets hands/v1, hands-so100/v1 and hands-panda/v1): (output, config,
+    summary). The sample is under OUTPUT/sample.
 
     Read-only: the export tests share it; a test that re-runs stages or adds episodes
     works on a copy (`copy_output`).
     """
-    from jobs.cli import run_demo
+    from dataclasses import replace
+
+    from jobs.cli import DEMO_EMBODIMENTS, run_demo
     from jobs.config import load_config
 
     out = str(tmp_path_factory.mktemp("demo"))
-    cfg = load_config([], [])
+    cfg = replace(load_config([], []), embodiments=DEMO_EMBODIMENTS)  # as `egolake demo` runs it
     return out, cfg, run_demo(spark, cfg, out)

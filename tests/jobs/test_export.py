@@ -103,6 +103,29 @@ def test_the_demo_export_loads_in_lerobot_with_the_world_tables_values(spark, de
     assert image.shape[0] == meta["num_frames"] and 0.0 < image.mean() < 1.0
 
 
+@pytest.mark.parametrize("embodiment", ["so100", "panda"])
+def test_the_demo_ends_with_robot_datasets_that_lerobot_loads(spark, demo_run, embodiment, tmp_path):
+    """`egolake demo` retargets to two robots from the installed robot models (no environment variable);
+    each robot dataset loads with lerobot's default video backend, one frame per control step."""
+    from jobs.datasets import read_manifest
+
+    out, _, summary = demo_run
+    name = f"hands-{embodiment}"
+    assert summary.counts["retarget"]["ok"] == 1, summary.counts
+    manifest = read_manifest(os.path.join(out, "datasets"), name, "v1")
+    assert manifest["counts"]["episodes"] == 1, manifest["exclusions"]
+    meta, arrays = load_with_lerobot(os.path.join(out, "datasets", name, "v1"), tmp_path / "frames.npz")
+    assert meta["video_backend"] == "torchcodec"  # lerobot's default, not asked for
+    assert meta["num_episodes"] == 1 and meta["num_frames"] == manifest["counts"]["frames"]
+    rows = _table(spark, out, "robot_actions")
+    rows = rows[rows["embodiment"] == embodiment]
+    identities = sorted(set(rows["identity"]))
+    assert meta["features"]["observation.present"]["shape"] == [len(identities)]
+    assert meta["num_frames"] == len(rows) // len(identities)  # one dataset frame per control step
+    present = arrays["value/observation.present"]
+    assert present.sum() == rows["reachable"].sum()  # a followed hand is present where the robot reached it
+
+
 def test_spark_hash_partitioning_is_predicted_without_a_job(spark):
     """The export picks its grouping keys with `_hash_partition` instead of probing Spark."""
     from pyspark.sql import functions as F
