@@ -119,7 +119,7 @@ BA = Stage(
 )
 COMPLETION = Stage(
     name="completion",
-    version="2",  # 2: reads the camera from ba_cameras
+    version="3",  # 2: reads the camera from ba_cameras; 3: the camera path's motion model
     upstream="ba",
     config_sections=("completion",),
     outputs=(CAMERA_POSES,),

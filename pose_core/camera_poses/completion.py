@@ -7,7 +7,10 @@ bordered system and observability guard); the other segments are then adjusted w
 and the returned camera carries it (``intrinsics_source`` ``<source>_refined``). ``complete_poses``
 then gives each non-keyframe a pose by robust motion-only optimisation against the refined map,
 using the cached per-frame features (no decoding); it starts from the tracking pose moved with its
-segment's nearest keyframe. Frames that cannot be optimised get an interpolated pose, flagged as such.
+segment's nearest keyframe. The centres of each map's posed frames are then smoothed by the camera's
+motion model (``path_smoothing``: single-frame outliers of the motion-only fits rejected), and frames
+whose centre was not measured (static or turning before, between or after them) take it from their
+posed neighbours. Frames that cannot be optimised get an interpolated pose, flagged as such.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 from pose_core.camera_poses.ba import BAOptions, BAResult, FocalStatus, PosePrior, optimize_pose
 from pose_core.camera_poses.features import FrameFeatures
 from pose_core.camera_poses.keyframe_map import Keyframe, refine_keyframes
+from pose_core.camera_poses.path_smoothing import PathSmoothingOptions, smooth_camera_path
 from pose_core.camera_poses.tracking import TrackingResult, TrackingState
 from pose_core.geometry.camera import Camera, IntrinsicsSource
 from pose_core.geometry.rigid3 import interpolate_rigid, invert_rigid_matrices
@@ -80,6 +84,8 @@ class CompletionOptions:
     refine_radial: bool = True
     # keyframes of the largest segment (evenly spread) the intrinsics are estimated on
     intrinsics_keyframes: int = 40
+    # the camera path's motion model over each map's posed frames (centres only)
+    path: PathSmoothingOptions = field(default_factory=PathSmoothingOptions)
 
 
 @dataclass
@@ -308,7 +314,9 @@ def complete_poses(
             wfc[f] = invert_rigid_matrices(fit.cam_from_world)
             n_in = int(np.count_nonzero(fit.inliers))
             quality[f], inliers[f], err[f] = PoseQuality.MOTION_ONLY, n_in, fit.rms_px
-    _move_turns(wfc, quality, result.state, result.segment_id)
+    measured = quality >= PoseQuality.MOTION_ONLY
+    wfc[:, :3, 3] = smooth_camera_path(wfc[:, :3, 3], measured, result.segment_id, opts.path)
+    _place_unmeasured_centres(wfc, quality, result.segment_id)
     _fill_gaps(wfc)
     return CompletionResult(
         wfc, quality, result.state.copy(), result.is_keyframe.copy(), inliers, err, result.segment_id.copy()
@@ -357,21 +365,22 @@ def _neighbour_prior(
     )
 
 
-def _move_turns(wfc: np.ndarray, quality: np.ndarray, state: np.ndarray, segment_id: np.ndarray) -> None:
-    """Put rotation-only frames between two posed frames of their map on the line between those (in place).
+def _place_unmeasured_centres(wfc: np.ndarray, quality: np.ndarray, segment_id: np.ndarray) -> None:
+    """Give rotation-only frames the centre their map's posed frames imply (in place).
 
-    Their rotation (``TrackingState.ROTATION_ONLY``) was measured, their centre only held at the last one
-    known while the head turned and moved.
+    Their rotation was measured (tracking state static or rotation_only), their centre only held at the
+    last one tracking knew, which need not be the map's: a real desk clip held its first 11 still frames
+    at the origin while the map, made later, put the same still head 0.7 units away. Between two posed
+    frames of the map a centre is interpolated; before the first or after the last it is held there.
     """
-    posed = np.nonzero(quality >= PoseQuality.MOTION_ONLY)[0]
-    for f in np.nonzero(state == TrackingState.ROTATION_ONLY)[0]:
-        after = int(np.searchsorted(posed, f))
-        if after == 0 or after == len(posed):
+    turning = quality == PoseQuality.ROTATION_ONLY
+    for seg in np.unique(segment_id[turning]):
+        mine = np.flatnonzero((quality >= PoseQuality.MOTION_ONLY) & (segment_id == seg))
+        if len(mine) == 0:
             continue
-        a, b = posed[after - 1], posed[after]
-        if segment_id[a] == segment_id[f] == segment_id[b]:
-            alpha = (f - a) / (b - a)
-            wfc[f, :3, 3] = (1 - alpha) * wfc[a, :3, 3] + alpha * wfc[b, :3, 3]
+        frames = np.flatnonzero(turning & (segment_id == seg))
+        for axis in range(3):  # np.interp holds the end values beyond the first and last posed frame
+            wfc[frames, axis, 3] = np.interp(frames, mine, wfc[mine, axis, 3])
 
 
 class _PointLookup:

@@ -37,6 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pose_core.errors import ShapeError
+from pose_core.geometry.motion_model import constant_velocity_step, position_block
 
 __all__ = ["TemporalOptions", "TrackNoise", "estimate_track_noise", "smooth_hand_track"]
 
@@ -159,18 +160,6 @@ def _segments(ts_s: FloatArray, observed: BoolArray, max_gap_s: float) -> list[N
     return np.split(seen, cuts)
 
 
-def _transition(dt: float, q: float) -> tuple[FloatArray, FloatArray]:
-    """Constant-velocity transition `(2, 2)` and process noise `(2, 2)` per axis over `dt` seconds."""
-    a = np.array([[1.0, dt], [0.0, 1.0]])
-    noise = q * np.array([[dt**3 / 3.0, dt**2 / 2.0], [dt**2 / 2.0, dt]])
-    return a, noise
-
-
-def _kron3(block: FloatArray) -> FloatArray:
-    """`(2, 2)` per-axis block -> `(6, 6)` over state (position xyz, velocity xyz)."""
-    return np.asarray(np.kron(block, np.eye(3)), np.float64)
-
-
 def _measurement_noise(ray: FloatArray, rng: float, noise: TrackNoise) -> FloatArray:
     """`(3, 3)` covariance, metres^2: `sigma_ray` along `ray`, `sigma_across` across it."""
     s_ray, s_across = noise.sigma_ray_rel * rng, noise.sigma_across_rad * rng
@@ -216,16 +205,15 @@ def _rts(  # noqa: PLR0914 - one filter pass and its smoother, kept together for
     p = np.zeros((n, 6, 6))
     x_pred, p_pred = np.zeros_like(x), np.zeros_like(p)
     trans = np.zeros((n, 6, 6))
-    h = np.hstack([np.eye(3), np.zeros((3, 3))])
+    h = position_block()
     loglik = np.zeros(n)
     r0 = _measurement_noise(rays[0], rng[0], noise)
     x_pred[0, :3], p_pred[0] = z[0], np.block([[r0, np.zeros((3, 3))], [np.zeros((3, 3)), np.eye(3) * 4.0]])
     for i in range(n):
         if i > 0:
-            a2, q2 = _transition(float(ts_s[i] - ts_s[i - 1]), float(q[i]))
-            trans[i] = _kron3(a2)
+            trans[i], process = constant_velocity_step(float(ts_s[i] - ts_s[i - 1]), float(q[i]))
             x_pred[i] = trans[i] @ x[i - 1]
-            p_pred[i] = trans[i] @ p[i - 1] @ trans[i].T + _kron3(q2)
+            p_pred[i] = trans[i] @ p[i - 1] @ trans[i].T + process
         r = _measurement_noise(rays[i], rng[i], noise)
         innovation = z[i] - x_pred[i, :3]
         s = p_pred[i, :3, :3] + r
