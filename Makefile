@@ -65,6 +65,7 @@ test-fast: setup
 bench: setup
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.camera_poses --out bench/results --colmap
+	$(PY) -m bench.ego_camera --out bench/results
 	$(PY) -m bench.hands --out bench/results
 	$(PY) -m bench.ba_device --out bench/results --sizes 50x5000,200x20000
 	$(PY) -m bench.decode_overlap --out bench/results

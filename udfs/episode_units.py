@@ -76,6 +76,7 @@ def episode_tables(
     shard_frames: int = 256,
     overlap: int = 8,
     seconds: StageSeconds | None = None,
+    completion: CompletionOptions | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Every camera-pose table of one episode, and its `frames` and `hands_cam` rows, by table name.
 
@@ -87,6 +88,7 @@ def episode_tables(
         shard_frames: frames owned per shard.
         overlap: decoded frames of context on each side of a shard.
         seconds: when given, each stage's seconds are added to it (`STAGES`).
+        completion: options of the ba and completion units (None: the defaults).
 
     Returns:
         `frames`, `hands_cam`, `tracks`, `cameras`, `keyframes`, `map_points`, `keyframe_poses`,
@@ -121,7 +123,7 @@ def episode_tables(
         height=np.int32(frames["height"].max()),
         hand_boxes_px=[b if isinstance(b, np.ndarray) else None for b in features["frame_idx"].map(boxes)],
     )
-    opts, copts = CameraTrackingOptions(), CompletionOptions()
+    opts, copts = CameraTrackingOptions(), completion or CompletionOptions()
     with timed("tracking"):
         tables = split_tables(tracking_unit(view, opts), TRACKING_OUTPUTS)
     with timed("ba"):

@@ -27,7 +27,7 @@ from scipy.optimize import linear_sum_assignment
 from pose_core.errors import ShapeError
 from pose_core.identities import WEARER_HANDS
 
-__all__ = ["FLAG_CODES", "EpisodeSignals", "QAResult", "QAThresholds", "evaluate_episode"]
+__all__ = ["FLAG_CODES", "EpisodeSignals", "QAResult", "QAThresholds", "evaluate_episode", "path_jitter"]
 
 logger = logging.getLogger(__name__)
 
@@ -212,8 +212,8 @@ def _scale_ratio(
     return ratio
 
 
-def _jitter(path: FloatArray) -> tuple[float, BoolArray]:
-    """RMS second difference over RMS first difference of a path `(F, 3)`, and frames of big kicks."""
+def path_jitter(path: FloatArray) -> tuple[float, BoolArray]:
+    """RMS second over RMS first difference of a path `(F, 3)` (QA's pose_jitter), and big kicks."""
     d1 = np.diff(path, axis=0)
     d2 = path[2:] - 2.0 * path[1:-1] + path[:-2]
     n1 = np.linalg.norm(d1, axis=1)
@@ -298,7 +298,7 @@ def evaluate_episode(signals: EpisodeSignals, thresholds: QAThresholds) -> QARes
     segment = np.asarray(signals.segment_id, np.int64)
     ratio = _scale_ratio(_steps(centre, tracked), segment, window, th.rest_speed_fraction)
     worst_ratio = float(np.nanmax(ratio)) if np.isfinite(ratio).any() else float("nan")
-    pose_jitter, pose_kicks = _jitter(np.where(tracked[:, None], centre, np.nan))
+    pose_jitter, pose_kicks = path_jitter(np.where(tracked[:, None], centre, np.nan))
     wearer = [w for k, w in signals.wrists_cam_m.items() if k in signals.wearer]
     hand_jitter, hand_kicks = _hand_jitter(wearer, dt, n)
     window_frames = max(1, round(th.switch_window_s / dt))
