@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,12 +19,15 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:  # pyspark loads only when a session is built: reading the options stays light
     from pyspark.sql import SparkSession
 
-__all__ = ["SparkOptions", "build_spark", "delta_jars"]
+__all__ = ["SparkOptions", "build_spark", "delta_jars", "local_master"]
 
 logger = logging.getLogger(__name__)
 
 #: Quiet JVM logging for embedded sessions (errors only).
 LOG4J_CONFIG = Path(__file__).resolve().parents[1] / "conf" / "log4j2.properties"
+
+#: `local`, `local[N]`, `local[*]`: local masters that try a task once, whatever spark.task.maxFailures says.
+_LOCAL_MASTER = re.compile(r"local(?:\[\s*(\d+|\*)\s*\])?")
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,12 @@ class SparkOptions:
 
     # Master for an embedded session; ignored when a session already exists (spark-submit, notebooks).
     master: str = "local[2]"
+    # Attempts of a task before its job fails (spark.task.maxFailures; 4 is Spark's default on a cluster):
+    # a Python worker that dies (the OOM killer, a crashing native library) costs a retry, not the batch.
+    # Local mode ignores spark.task.maxFailures and tries a task once, so an embedded local or local[N]
+    # master becomes local[N,task_max_failures] (local[N,F] keeps its F). 1: no retry. Sessions egolake
+    # did not start (spark-submit, notebooks) keep their own setting.
+    task_max_failures: int = 4
     app_name: str = "egolake"
     driver_memory: str = "4g"
     shuffle_partitions: int = 8
@@ -50,6 +60,8 @@ class SparkOptions:
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.task_max_failures < 1:
+            raise ValueError(f"spark.task_max_failures must be >= 1, got {self.task_max_failures}")
         if self.delta_snapshot_partitions < 1:
             raise ValueError(
                 f"spark.delta_snapshot_partitions must be >= 1, got {self.delta_snapshot_partitions}"
@@ -73,6 +85,18 @@ def delta_jars() -> list[str]:
     return jars
 
 
+def local_master(master: str, task_max_failures: int) -> str:
+    """`master` with `task_max_failures` attempts per task where it is `local`, `local[N]` or `local[*]`.
+
+    Spark's local mode tries a task once unless the master says otherwise (`local[N,F]`); every other
+    master (local[N,F], local-cluster, a cluster URL) is returned unchanged.
+    """
+    match = _LOCAL_MASTER.fullmatch(master.strip())
+    if match is None:
+        return master
+    return f"local[{match.group(1) or 1},{task_max_failures}]"
+
+
 def build_spark(opts: SparkOptions) -> SparkSession:
     """The active session, or a new embedded one configured for egolake and Delta."""
     from pyspark.sql import SparkSession  # noqa: PLC0415 -- see the TYPE_CHECKING import
@@ -91,8 +115,9 @@ def build_spark(opts: SparkOptions) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
-        SparkSession.builder.master(opts.master)
+        SparkSession.builder.master(local_master(opts.master, opts.task_max_failures))
         .appName(opts.app_name)
+        .config("spark.task.maxFailures", str(opts.task_max_failures))
         .config("spark.driver.memory", opts.driver_memory)
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}")
         .config("spark.ui.enabled", "false")

@@ -342,8 +342,10 @@ def _process_isolated(
 ) -> list[EpisodeOutcome]:
     """Process a batch; if the Spark job itself dies (a crashed worker), retry episode by episode.
 
-    Per-episode errors are caught by `udfs.guard`; this catches what kills a whole job, such as a
-    decoder that segfaults its Python worker, so that it costs one episode, not the batch.
+    Per-episode errors are caught by `udfs.guard`. A task whose Python worker dies (the OOM killer, a
+    crash) is first tried again by Spark (`spark.task_max_failures` attempts); this catches a job that
+    still fails, such as a decoder that segfaults its worker at every attempt, so that it costs one
+    episode, not the batch.
     """
     started = now()
     try:

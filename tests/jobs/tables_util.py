@@ -4,16 +4,22 @@ second episode without a second pipeline run)."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
 
-from schemas import LINEAGE_FIELDS
+from schemas import LINEAGE_FIELDS, TABLES
 
 DATA_TABLES = ("videos", "shards", "quarantine", "frames")
+#: Every table a stage writes: all but `runs`, the log of attempts (its times and run ids differ by run).
+STAGE_TABLES = tuple(name for name in TABLES if name != "runs")
 _LINEAGE = [f.name for f in LINEAGE_FIELDS]
+#: Columns holding a path under OUTPUT: compared relative to it.
+_OUTPUT_PATHS = {"qa": ("report_path",)}
 
 
 def table(spark, out: str, name: str) -> pd.DataFrame:
@@ -30,6 +36,40 @@ def content(spark, out: str, name: str) -> pd.DataFrame:
     schema = schema_of(name)
     df = table(spark, out, name).drop(columns=_LINEAGE)
     return df.sort_values(list(schema.key)).reset_index(drop=True)
+
+
+def assert_same_tables(spark, out: str, reference: str) -> None:
+    """Every stage table (`STAGE_TABLES`) of `out` holds exactly the data of `reference`'s: the same tables,
+    rows and values, floats equal (not close), lineage columns left out and paths under OUTPUT relative."""
+    from jobs.tables import Layout, exists
+    from schemas import table as schema_of
+
+    names = [n for n in STAGE_TABLES if exists(Layout(reference), schema_of(n))]
+    assert [n for n in STAGE_TABLES if exists(Layout(out), schema_of(n))] == names
+    differ = {}
+    for name in names:
+        got, want = content(spark, out, name), content(spark, reference, name)
+        for column in _OUTPUT_PATHS.get(name, ()):
+            got[column] = [p and os.path.relpath(p, out) for p in got[column]]
+            want[column] = [p and os.path.relpath(p, reference) for p in want[column]]
+        try:
+            pd.testing.assert_frame_equal(got, want, check_exact=True, obj=name)
+        except AssertionError as exc:  # name every table that differs, not only the first
+            differ[name] = str(exc).strip().splitlines()[0]
+    assert not differ, f"tables of {out} that differ from {reference}'s: {differ}"
+
+
+def dataset_files(version: str | Path) -> dict[str, str]:
+    """A dataset version's files by relative path with their SHA-256, all but the manifest and the card
+    (they name the run) and the videos. libx264 does not encode the same frames to the same bytes on a
+    CPU with AVX-512 (docs/OPERATIONS.md, determinism); the frames it is given are compared through the
+    exact image statistics in meta/."""
+    root = Path(version)
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name not in ("manifest.json", "README.md") and p.suffix != ".mp4"
+    }
 
 
 def copy_output(src: str, dest: Path) -> str:
