@@ -27,12 +27,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_second_run_on_one_core_gives_the_same_tables(spark, demo_run, tmp_path):
+    from jobs.cli import DEMO_EMBODIMENTS
+
     reference, _, _ = demo_run
     out = tmp_path / "out"
     env = {**java_options_env(SHORT_JVM_FLAGS), "PYSPARK_PYTHON": sys.executable}
     proc = subprocess.run(  # noqa: S603 -- our own CLI, no shell
         [sys.executable, "-m", "jobs.cli", "run", "-v", os.path.join(reference, "sample", "videos"), str(out),
-         "--set", "spark.master=local[1]"],
+         "--set", "spark.master=local[1]", "--set", f"embodiments=[{','.join(DEMO_EMBODIMENTS)}]"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=1800, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
