@@ -22,33 +22,55 @@ pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_two_runs_with_disjoint_inputs_at_once(spark, tmp_path):
+def _inputs(folder: Path, run: str, seed: int) -> dict[str, str]:
+    """Two clips and a broken file under `folder`: {path: run}."""
     inputs = {}
-    for run in ("a", "b"):
-        folder = tmp_path / f"in_{run}"
-        for k in range(2):
-            path = folder / f"clip_{run}{k}.mp4"
-            encode_clip(path, textured_frames(10 * (run == "b") + k, 12))
-            inputs[str(path)] = run
-        (folder / f"broken_{run}.mp4").write_bytes(b"not a video")
-        inputs[str(folder / f"broken_{run}.mp4")] = run
-    out = tmp_path / "out"
+    for k in range(2):
+        path = folder / f"clip_{run}{k}.mp4"
+        encode_clip(path, textured_frames(seed + k, 12))
+        inputs[str(path)] = run
+    (folder / f"broken_{run}.mp4").write_bytes(b"not a video")
+    inputs[str(folder / f"broken_{run}.mp4")] = run
+    return inputs
+
+
+def _ingest_at_once(folders: list[Path], out: Path) -> list[str]:
+    """`egolake run --stages ingest` on each folder, all started at once into `out`; their logs."""
     python = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     env = {**java_options_env(SHORT_JVM_FLAGS), **python}
     procs = [
         subprocess.Popen(  # noqa: S603 -- our own CLI, no shell
-            [sys.executable, "-m", "jobs.cli", "run", str(tmp_path / f"in_{run}"), str(out),
+            [sys.executable, "-m", "jobs.cli", "run", str(folder), str(out),
              "--stages", "ingest", "--set", "spark.master=local[1]"],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
-        for run in ("a", "b")
+        for folder in folders
     ]
     logs = [p.communicate(timeout=900)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    assert [p.returncode for p in procs] == [0] * len(procs), "\n".join(log[-3000:] for log in logs)
+    return logs
+
+
+def _assert_accounted_once(spark, out: Path, inputs: dict[str, str], run_ids: int) -> None:
     videos = table(spark, str(out), "videos")
     quarantine = table(spark, str(out), "quarantine")
     accounted = [*videos["source_path"], *quarantine["source_path"]]
     assert sorted(accounted) == sorted(inputs)  # every input once, none twice
     assert set(quarantine["source_path"]) == {p for p in inputs if "broken" in p}
+    assert videos["episode_id"].is_unique
     runs = table(spark, str(out), "runs")
-    assert runs["run_id"].nunique() == 2 and set(runs["episode_id"]) >= set(videos["episode_id"])
+    assert runs["run_id"].nunique() == run_ids and set(runs["episode_id"]) >= set(videos["episode_id"])
+
+
+def test_two_runs_with_disjoint_inputs_at_once(spark, tmp_path):
+    inputs = {**_inputs(tmp_path / "in_a", "a", 0), **_inputs(tmp_path / "in_b", "b", 10)}
+    _ingest_at_once([tmp_path / "in_a", tmp_path / "in_b"], tmp_path / "out")
+    _assert_accounted_once(spark, tmp_path / "out", inputs, run_ids=2)
+
+
+def test_two_runs_of_the_same_input_at_once_write_each_row_once(spark, tmp_path):
+    """Both write the same keys (`replaceWhere` on the episode): the later commit wins, no row twice, and
+    neither run takes the other's copy of an input for a duplicate of it."""
+    inputs = _inputs(tmp_path / "in", "a", 0)
+    _ingest_at_once([tmp_path / "in", tmp_path / "in"], tmp_path / "out")
+    _assert_accounted_once(spark, tmp_path / "out", inputs, run_ids=2)
