@@ -13,8 +13,8 @@ Rauch-Tung-Striebel smoother over each map's posed frames combines them:
   outliers do not inflate it.
 - The acceleration spectral density is chosen per frame from a grid relative to that noise by the
   innovations' likelihood over a window (`window_frames`): rests stay still, turns and steps are
-  followed. An innovation beyond the outlier gate counts as at the gate, so one outlier does not make
-  a loose model the likelier.
+  followed. An outlier's innovation counts as at the gate, so one outlier does not make a loose model
+  the likelier; a longer run beyond the gate counts in full (the camera moved, a stiff model is wrong).
 - A centre whose normalised innovation is improbable under the model (chi-square, 3 degrees of
   freedom) has its noise inflated by the excess: an outlier does not pull the path. A run longer
   than `max_outlier_run` frames is the camera moving and is followed (a gate alone would lock out
@@ -98,14 +98,15 @@ def _rts(  # noqa: PLR0913, PLR0917 - the path's arrays and the two gate setting
     """Robust Kalman filter and RTS smoother of centres `z` `(N, 3)` at `frames` `(N,)`.
 
     Returns:
-        (smoothed centres `(N, 3)`, each innovation's log-likelihood `(N,)`, Gaussian up to the gate, 0 for
-        the first).
+        (smoothed centres `(N, 3)`, each innovation's log-likelihood `(N,)`, 0 for the first: Gaussian,
+        but an outlier's (a run of at most `max_outlier_run` centres beyond the gate) counts as at the
+        gate, so that every candidate model pays the same for it.)
     """
     n = len(frames)
     x, p = np.zeros((n, 6)), np.zeros((n, 6, 6))
     x_pred, p_pred, trans = np.zeros((n, 6)), np.zeros((n, 6, 6)), np.zeros((n, 6, 6))
     h, r = position_block(), sigma**2 * np.eye(3)
-    loglik = np.zeros(n)
+    nis, logdet = np.zeros(n), np.zeros(n)
     gated = 0  # consecutive centres beyond the gate: more than `max_outlier_run` is the camera moving
     x_pred[0, :3] = z[0]
     # the first velocity is unknown: a prior far wider than any step of the path (KITTI: 1.2 m a frame)
@@ -118,12 +119,11 @@ def _rts(  # noqa: PLR0913, PLR0917 - the path's arrays and the two gate setting
             p_pred[i] = trans[i] @ p[i - 1] @ trans[i].T + process
         innovation = z[i] - x_pred[i, :3]
         s = p_pred[i, :3, :3] + r
-        nis = float(innovation @ np.linalg.solve(s, innovation))
-        if i > 0:  # an outlier costs every candidate the same: it must not choose a loose model
-            loglik[i] = -0.5 * (min(nis, gate) + float(np.log(np.linalg.det(s))))
-        gated = gated + 1 if nis > gate else 0
+        nis[i] = float(innovation @ np.linalg.solve(s, innovation))
+        logdet[i] = float(np.log(np.linalg.det(s)))
+        gated = gated + 1 if nis[i] > gate else 0
         if 0 < gated <= max_outlier_run:  # a centre the motion cannot explain counts for less
-            s = s + (nis / gate - 1.0) * r
+            s = s + (nis[i] / gate - 1.0) * r
         gain = p_pred[i][:, :3] @ np.linalg.inv(s)
         x[i] = x_pred[i] + gain @ innovation
         p[i] = (np.eye(6) - gain @ h) @ p_pred[i]
@@ -131,6 +131,12 @@ def _rts(  # noqa: PLR0913, PLR0917 - the path's arrays and the two gate setting
         back = p[i] @ trans[i + 1].T @ np.linalg.inv(p_pred[i + 1])
         x[i] = x[i] + back @ (x[i + 1] - x_pred[i + 1])
         p[i] = p[i] + back @ (p[i + 1] - p_pred[i + 1]) @ back.T
+    outlier = np.zeros(n, bool)
+    beyond = np.flatnonzero(nis > gate)
+    for run in np.split(beyond, np.flatnonzero(np.diff(beyond) > 1) + 1) if len(beyond) else []:
+        outlier[run] = len(run) <= max_outlier_run
+    loglik = -0.5 * (np.where(outlier, gate, nis) + logdet)
+    loglik[0] = 0.0
     return x[:, :3], loglik
 
 

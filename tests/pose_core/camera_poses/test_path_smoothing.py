@@ -73,3 +73,15 @@ def test_still_frames_before_the_map_take_its_first_centre_and_turns_between_are
     np.testing.assert_allclose(wfc[5, :3, 3], [0.7, 0, 0.4])  # on the line between frames 4 and 7
     np.testing.assert_allclose(wfc[8:, :3, 3], [[0.9, 0, 0.4]] * 2)  # held after the last
     np.testing.assert_array_equal(wfc[:, :3, :3], np.tile(np.eye(3), (n, 1, 1)))  # rotations untouched
+
+
+def test_a_fast_sustained_move_beyond_the_gate_is_followed() -> None:
+    """A camera that speeds up faster than the still part's model expects (a sweep at the end of a
+    rendered clip: 0.5 units a frame) is followed, not gated out as a run of outliers."""
+    n = 200
+    t = np.arange(n, dtype=float)
+    x = np.where(t < 150, 0.0, 0.5 * 0.02 * (t - 150) ** 2)  # still, then accelerating to 1 unit a frame
+    truth = np.stack([x, np.zeros(n), np.zeros(n)], axis=1)
+    measured = truth + np.random.default_rng(3).normal(0.0, SIGMA, truth.shape)
+    smoothed = smooth_camera_path(measured, np.ones(n, bool), np.zeros(n, np.int32), PathSmoothingOptions())
+    assert np.linalg.norm(smoothed - truth, axis=1).max() < 4 * SIGMA
