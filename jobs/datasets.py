@@ -311,13 +311,13 @@ def list_datasets(datasets_root: str) -> list[dict[str, Any]]:
         return []
     out = []
     for name in sorted(os.listdir(datasets_root)):
-        if not versions(datasets_root, name):
-            continue
+        # `latest` before the versions: a publish in between adds a version, never a `latest` not listed
         latest = latest_version(datasets_root, name)
+        published = versions(datasets_root, name)
+        if not published:
+            continue
         counts = read_manifest(datasets_root, name, latest)["counts"] if latest else {}
-        out.append(
-            {"name": name, "versions": versions(datasets_root, name), "latest": latest, "counts": counts}
-        )
+        out.append({"name": name, "versions": published, "latest": latest, "counts": counts})
     return out
 
 

@@ -219,10 +219,24 @@ def _retry_conflicts(commit: Callable[[], None], table: str) -> None:
 
 
 def register_all(spark: SparkSession, layout: Layout) -> list[str]:
-    """Register every existing table as a temp view named after it; returns the names."""
+    """Register every committed table as a temp view named after it, pinned at its newest version.
+
+    The views are one snapshot per table until registered again: every query over them (a self-join,
+    several queries of a notebook) reads the same rows while stages keep writing; a Delta view of the
+    path itself would follow each new commit. Delta has no snapshot across tables: `runs` is pinned
+    first and stages commit their rows before their `runs` rows, so an `ok` in the views never names
+    rows missing from them, unless another run rewrote that episode in between (every row's `run_id`
+    says which run wrote it).
+
+    Returns:
+        The registered names, `runs` first.
+    """
     names = []
-    for schema in TABLES.values():
-        if exists(layout, schema):
-            read(spark, layout, schema).createOrReplaceTempView(schema.name)
-            names.append(schema.name)
+    for schema in sorted(TABLES.values(), key=lambda t: t.name != "runs"):
+        version = delta_version(layout, schema)
+        if version is None:  # never written, or its first commit is still in progress
+            continue
+        pinned = spark.read.format("delta").option("versionAsOf", version).load(layout.table(schema.name))
+        pinned.createOrReplaceTempView(schema.name)
+        names.append(schema.name)
     return names

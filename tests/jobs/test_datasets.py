@@ -174,3 +174,38 @@ def test_list_shows_only_versions_whose_publish_completed(tmp_path, capsys):
     assert capsys.readouterr().out == "hands: latest=v1 versions=v1 episodes=1 frames=10\n"
     assert datasets.publish(staged, root, "hands", _manifest("b")) == "v3"
     assert datasets.versions(root, "hands") == ["v1", "v3"] and os.listdir(os.path.join(root, "hands", "v2"))
+
+
+def test_datasets_list_between_every_step_of_a_publish(tmp_path, monkeypatch):
+    """`datasets list` read at each step of publishing v2 (manifest written in staging, files read-only,
+    renamed, `latest` moved): it lists v2 only from the rename on, every listed version whole."""
+    root = os.path.join(tmp_path, "datasets")
+    datasets.publish(_stage(root, "r1", "one"), root, "hands", _manifest("one"))
+    seen: list[str] = []
+
+    def listing(step: str) -> None:
+        seen.append(f"{step}: {datasets.command('list', str(tmp_path), 'hands')}")
+        for version in datasets.versions(root, "hands"):
+            assert datasets.read_manifest(root, "hands", version)["fingerprint"] == _payload(root, version)
+
+    rename, set_latest = os.rename, datasets.set_latest
+
+    def renaming(src: str, dst: str) -> None:
+        listing("read-only")
+        rename(src, dst)
+        listing("renamed")
+
+    def pointing(*args: str) -> None:
+        set_latest(*args)
+        listing("pointed")
+
+    monkeypatch.setattr(os, "rename", renaming)
+    monkeypatch.setattr(datasets, "set_latest", pointing)
+    datasets.publish(_stage(root, "r2", "two"), root, "hands", _manifest("two"), lambda *_: listing("staged"))
+    tail = "episodes=1 frames=10"
+    assert seen == [
+        f"staged: hands: latest=v1 versions=v1 {tail}",
+        f"read-only: hands: latest=v1 versions=v1 {tail}",
+        f"renamed: hands: latest=v1 versions=v1,v2 {tail}",
+        f"pointed: hands: latest=v2 versions=v1,v2 {tail}",
+    ]
