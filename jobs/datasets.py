@@ -39,6 +39,8 @@ import stat
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from jobs.disk import worded_no_space
+
 __all__ = [
     "clean_stale_staging",
     "command",
@@ -257,10 +259,27 @@ def publish(
 
     Raises:
         FileExistsError: another export published `v<N>` at the same moment (nothing is overwritten).
+        OSError: ENOSPC when the file system is full (`jobs.disk.no_space`): no version was renamed into
+            place, or `latest` still names the version before.
     """
     existing = _version_folders(datasets_root, name)
     version = f"v{int(existing[-1][1:]) + 1 if existing else 1}"
-    manifest = {**manifest, "name": name, "version": version}
+    with worded_no_space(f"publishing dataset {name} {version}", staging):  # manifest, card or `latest`
+        _publish_as(staging, datasets_root, name, {**manifest, "name": name, "version": version}, finish)
+    logger.info(
+        "published dataset=%s version=%s episodes=%d", name, version, len(manifest.get("episodes", []))
+    )
+    return version
+
+
+def _publish_as(
+    staging: str,
+    datasets_root: str,
+    name: str,
+    manifest: dict[str, Any],
+    finish: Callable[[str, dict[str, Any]], None] | None,
+) -> None:
+    version = manifest["version"]
     with open(os.path.join(staging, MANIFEST), "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=2, sort_keys=True)
     if finish is not None:
@@ -278,10 +297,6 @@ def publish(
         raise
     set_latest(datasets_root, name, version)
     _remove_if_empty(os.path.dirname(staging))
-    logger.info(
-        "published dataset=%s version=%s episodes=%d", name, version, len(manifest.get("episodes", []))
-    )
-    return version
 
 
 def rollback(datasets_root: str, name: str, to: str | None = None) -> str:

@@ -43,6 +43,7 @@ from pyspark.sql import functions as F
 
 from jobs import datasets
 from jobs.config import encode
+from jobs.disk import no_space, out_of_space, worded_no_space
 from jobs.robot_export import retarget_report, robot_targets
 from jobs.stage import EpisodeOutcome, StageContext, cogroup_per_episode, latest_runs, now
 from jobs.tables import Lineage, exists, read
@@ -336,6 +337,9 @@ def _stage_files(
 
     Returns:
         (plan, tasks, metadata rows, {failed episode: error}); the plan is empty when all failed.
+
+    Raises:
+        OSError: ENOSPC when a unit found the file system full (no episode is to blame).
     """
     failed: dict[str, str] = {}
     while True:  # every pass drops at least one episode or ends
@@ -350,6 +354,8 @@ def _stage_files(
         metas, new_failures = _write_files(ctx, plan, opts, robot)
         if not new_failures:
             return plan, tasks, metas, failed
+        if full := out_of_space(new_failures.values()):  # the disk, not the episodes: stop
+            raise no_space(f"writing dataset files ({full})", staging)
         failed.update(new_failures)
 
 
@@ -401,7 +407,10 @@ def _publish_dataset(  # noqa: PLR0913 - one dataset: where, what, and which epi
             for e in summary["episode_id"]
         ]
         return ExportResult(None, same + left_out)
-    with datasets.locked_staging(root, name, ctx.run_id) as staging:
+    with (
+        worded_no_space(f"exporting dataset {name}", root),  # staging, meta/, the card, the lock
+        datasets.locked_staging(root, name, ctx.run_id) as staging,
+    ):
         plan, tasks, metas, failed = _stage_files(ctx, summary, opts, staging, robot)
         failures = [EpisodeOutcome(e, "failed", 0, m, started, now()) for e, m in sorted(failed.items())]
         if plan.empty:

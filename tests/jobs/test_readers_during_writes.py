@@ -108,9 +108,9 @@ def test_readers_between_every_commit_see_one_committed_snapshot(spark, tmp_path
     problems: list[str] = []  # the framework catches a failing episode's exceptions: collected here
     original, writing = jobs.tables._retry_conflicts, {"run": "", "failing": None}
 
-    def read_around(commit, table):  # noqa: ANN001, ANN202 - the writer's every Delta commit
+    def read_around(commit, table, path):  # noqa: ANN001, ANN202 - the writer's every Delta commit
         before = {n: _view(spark, n) for n in register_all(spark, Layout(out)) if n in ("runs", "frames")}
-        original(commit, table)
+        original(commit, table, path)
         commits.append(table)
         try:
             for name, rows in before.items():  # the views registered before the commit: unchanged
