@@ -1,12 +1,14 @@
 """The `egolake` command: run, status, cost, sql, demo, sample, datasets, serve.
 
 Exit codes: 0 all done, 3 finished but some episode-stages failed (see `egolake status`),
-2 bad usage or configuration.
+2 bad usage or configuration, 4 stopped because OUTPUT's file system is full (nothing half-written
+was committed: free space and rerun with --resume).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
 from collections.abc import Sequence
@@ -16,7 +18,7 @@ __all__ = ["DEMO_EMBODIMENTS", "DEMO_FRAMES", "main", "run_demo"]
 
 logger = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_USAGE, EXIT_FAILURES = 0, 2, 3
+EXIT_OK, EXIT_USAGE, EXIT_FAILURES, EXIT_NO_SPACE = 0, 2, 3, 4
 #: Frames of the demo's generated clip (30 fps): 5 s, long enough for the IMU to give a metric scale
 #: (3 s was refused: scale relative standard error 80 %).
 DEMO_FRAMES = 150
@@ -123,6 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         sys.stderr.write(f"egolake: {exc}\n")
         return EXIT_USAGE
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        sys.stderr.write(f"egolake: {exc}\n")  # the message names the path and the fix
+        return EXIT_NO_SPACE
     finally:
         # A command owns its session: stop it so executors shut down cleanly (spark-submit too).
         from pyspark.sql import SparkSession

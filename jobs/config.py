@@ -105,12 +105,17 @@ class GpuOptions:
             raise ValueError(f"gpu.task_cpus must be >= 0, got {self.task_cpus}")
 
 
+#: Default limit of one chunk's decode in the per-shard stages, seconds: a chunk of 32 frames decodes in
+#: well under a second at 640 px, and in some seconds from 8K HEVC (the probe's limit is the same).
+DECODE_TIMEOUT_S = 120.0
+
+
 @dataclass(frozen=True)
 class PriorsOptions:
     """Per-frame decode pass over shards."""
 
-    # How shards are decoded (backend, internal resolution).
-    decode: DecodeOptions = field(default_factory=DecodeOptions)
+    # How shards are decoded (backend, internal resolution, time limit; the hands stage decodes the same way).
+    decode: DecodeOptions = field(default_factory=lambda: DecodeOptions(timeout_s=DECODE_TIMEOUT_S))
     # KLT features tracked through each shard (overlap included) and stored in `features`.
     features: FeatureOptions = field(default_factory=FeatureOptions)
 

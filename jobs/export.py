@@ -13,7 +13,9 @@ Dataset-level, not an episode `Stage` (like ingest it is special-cased in `run_p
    (`cogroup(...).applyInPandas` grouped by a per-episode `_slot` chosen so that hash partitioning
    spreads episode k to task k mod n: no hash collisions, nothing for adaptive execution to merge;
    computed on the driver from Spark's hash function, no probe job) and return metadata rows.
-4. The driver writes meta/, the card and the manifest, and publishes `v<N>` (`jobs.datasets`).
+4. The driver writes meta/, the card and the manifest, and publishes `v<N>` (`jobs.datasets`). The
+   staging folder is locked as live while it exists; staging left by a killed export is removed
+   first (`datasets.clean_stale_staging`).
 
 Spark actions: `runs` (candidates and their hands_world lineage), one planning job (frames, hands_world,
 videos, qa) and the write.
@@ -41,6 +43,7 @@ from pyspark.sql import functions as F
 
 from jobs import datasets
 from jobs.config import encode
+from jobs.disk import no_space, out_of_space, worded_no_space
 from jobs.robot_export import retarget_report, robot_targets
 from jobs.stage import EpisodeOutcome, StageContext, cogroup_per_episode, latest_runs, now
 from jobs.tables import Lineage, exists, read
@@ -334,6 +337,9 @@ def _stage_files(
 
     Returns:
         (plan, tasks, metadata rows, {failed episode: error}); the plan is empty when all failed.
+
+    Raises:
+        OSError: ENOSPC when a unit found the file system full (no episode is to blame).
     """
     failed: dict[str, str] = {}
     while True:  # every pass drops at least one episode or ends
@@ -348,6 +354,8 @@ def _stage_files(
         metas, new_failures = _write_files(ctx, plan, opts, robot)
         if not new_failures:
             return plan, tasks, metas, failed
+        if full := out_of_space(new_failures.values()):  # the disk, not the episodes: stop
+            raise no_space(f"writing dataset files ({full})", staging)
         failed.update(new_failures)
 
 
@@ -382,6 +390,7 @@ def _publish_dataset(  # noqa: PLR0913 - one dataset: where, what, and which epi
     if robot is not None:  # one dataset frame per control step
         opts = replace(opts, tensors=replace(opts.tensors, fps=robot.fps))
     started, root = now(), ctx.layout.datasets
+    datasets.clean_stale_staging(root, name)  # of exports killed earlier; never a running one's
     left_out = [EpisodeOutcome(e, "skipped", 0, why, started, now()) for e, why in sorted(excluded.items())]
     if summary.empty:
         logger.warning(
@@ -398,8 +407,10 @@ def _publish_dataset(  # noqa: PLR0913 - one dataset: where, what, and which epi
             for e in summary["episode_id"]
         ]
         return ExportResult(None, same + left_out)
-    staging = datasets.staging_dir(root, name, ctx.run_id)
-    try:
+    with (
+        worded_no_space(f"exporting dataset {name}", root),  # staging, meta/, the card, the lock
+        datasets.locked_staging(root, name, ctx.run_id) as staging,
+    ):
         plan, tasks, metas, failed = _stage_files(ctx, summary, opts, staging, robot)
         failures = [EpisodeOutcome(e, "failed", 0, m, started, now()) for e, m in sorted(failed.items())]
         if plan.empty:
@@ -419,8 +430,6 @@ def _publish_dataset(  # noqa: PLR0913 - one dataset: where, what, and which epi
         version = datasets.publish(
             staging, root, name, manifest, lambda folder, m: write_card(folder, spec, m, notes)
         )
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     units = {r.episode_id: (float(r.unit_s), float(r.unit_cpu_s)) for r in metas.itertuples()}
     done = [
         EpisodeOutcome(r.episode_id, "ok", int(r.length), None, started, now(), *units[r.episode_id])

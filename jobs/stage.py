@@ -8,6 +8,7 @@ once, for every stage.
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from jobs.config import GpuOptions, PipelineConfig
+from jobs.disk import no_space, out_of_space
 from jobs.tables import Layout, Lineage, append, exists, read
 from schemas import TableSchema
 from schemas.base import spark_schema
@@ -351,6 +353,8 @@ def _process_isolated(
     try:
         return stage.process(ctx, lineage, batch)
     except Exception as exc:  # noqa: BLE001 - job-level failure: isolate the culprit, go on
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            raise  # a full disk is no episode's fault: every batch would fail, stop the run
         if len(batch) == 1:
             message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:2000]
             logger.warning("episode failed stage=%s episode=%s error=%s", stage.name, batch[0], message)
@@ -381,6 +385,8 @@ def write_guarded(
     result = result.persist()
     try:
         status = guarded_status(result)
+        if full := out_of_space(status.failures.values()):  # units write files too (QA pages)
+            raise no_space(f"in a unit ({full})", ctx.layout.root)
         outcomes: list[EpisodeOutcome] = []
         for i, schema in enumerate(schemas):
             rows = result if len(schemas) == 1 else result.where(F.col(TABLE_COLUMN) == schema.name)

@@ -14,6 +14,10 @@ write becomes a replace of its keys).
 A table whose stored columns differ from the schema's (an OUTPUT written by an egolake before a column
 was renamed) is refused with `TableColumnsChangedError`, naming the table and the columns, before anything
 is written.
+
+A write that fails because the file system is full commits nothing (its partial data files are never
+referenced by the log: the table keeps its previous version) and raises `OSError(ENOSPC)` naming the
+table's path (`jobs.disk.no_space`), not Spark's page of Java stack; nothing retries it.
 """
 
 from __future__ import annotations
@@ -25,9 +29,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs.disk import NO_SPACE, no_space
 from schemas import TABLES, TableSchema
 
 __all__ = [
@@ -157,7 +164,7 @@ def write(
             writer = writer.mode("append")
         writer.save(layout.table(schema.name))
 
-    _retry_conflicts(commit, schema.name)
+    _retry_conflicts(commit, schema.name, layout.table(schema.name))
     logger.info("wrote table=%s keys=%d", schema.name, len(keys))
 
 
@@ -184,11 +191,15 @@ def append(df: DataFrame, layout: Layout, schema: TableSchema) -> None:
     df = df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
     path = layout.table(schema.name)
     writer = df.write.format("delta").mode("append").option("mergeSchema", "true")
-    _retry_conflicts(lambda: writer.save(path), schema.name)
+    _retry_conflicts(lambda: writer.save(path), schema.name, path)
 
 
-def _retry_conflicts(commit: Callable[[], None], table: str) -> None:
-    """Run `commit`, again after a Delta commit conflict with a concurrent writer (see the module doc)."""
+def _retry_conflicts(commit: Callable[[], None], table: str, path: str) -> None:
+    """Run `commit`, again after a Delta commit conflict with a concurrent writer (see the module doc).
+
+    Raises:
+        OSError: ENOSPC, naming `path`, when the file system is full (`jobs.disk.no_space`).
+    """
     from delta.exceptions import (  # noqa: PLC0415 -- importing it teaches pyspark Delta's error classes
         ConcurrentAppendException,
         ConcurrentDeleteDeleteException,
@@ -216,13 +227,31 @@ def _retry_conflicts(commit: Callable[[], None], table: str) -> None:
             logger.warning("commit conflict table=%s attempt=%d wait_s=%.1f error=%s",
                            table, attempt + 1, wait, type(exc).__name__)
             time.sleep(wait)
+        except (Py4JJavaError, PySparkException) as exc:
+            if NO_SPACE in str(exc):  # an IOException of a task or of the log, under Spark's wrapping
+                raise no_space(f"writing table {table}", path) from exc
+            raise
 
 
 def register_all(spark: SparkSession, layout: Layout) -> list[str]:
-    """Register every existing table as a temp view named after it; returns the names."""
+    """Register every committed table as a temp view named after it, pinned at its newest version.
+
+    The views are one snapshot per table until registered again: every query over them (a self-join,
+    several queries of a notebook) reads the same rows while stages keep writing; a Delta view of the
+    path itself would follow each new commit. Delta has no snapshot across tables: `runs` is pinned
+    first and stages commit their rows before their `runs` rows, so an `ok` in the views never names
+    rows missing from them, unless another run rewrote that episode in between (every row's `run_id`
+    says which run wrote it).
+
+    Returns:
+        The registered names, `runs` first.
+    """
     names = []
-    for schema in TABLES.values():
-        if exists(layout, schema):
-            read(spark, layout, schema).createOrReplaceTempView(schema.name)
-            names.append(schema.name)
+    for schema in sorted(TABLES.values(), key=lambda t: t.name != "runs"):
+        version = delta_version(layout, schema)
+        if version is None:  # never written, or its first commit is still in progress
+            continue
+        pinned = spark.read.format("delta").option("versionAsOf", version).load(layout.table(schema.name))
+        pinned.createOrReplaceTempView(schema.name)
+        names.append(schema.name)
     return names

@@ -38,6 +38,10 @@ class InputError(EgolakeError):
         self.message = message
         self.path = path
 
+    def __reduce__(self) -> tuple[type[InputError], tuple[str, str, str]]:
+        """Pickle by the constructor's arguments (a decoding child process sends its errors to the parent)."""
+        return type(self), (self.reason_code, self.message, self.path)
+
 
 class MetadataError(EgolakeError):
     """Metadata embedded in an input (e.g. a GoPro GPMF track) is damaged or cannot be used.

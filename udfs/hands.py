@@ -117,7 +117,8 @@ def hands_for_shard(shard: pd.DataFrame, opts: HandsOptions, decode: DecodeOptio
     Args:
         shard: one row of `shards` plus the episode's `calibration_json`.
         opts: stage settings.
-        decode: how to decode (its `max_long_side_px` is replaced by the estimator's).
+        decode: how to decode (its `max_long_side_px` is replaced by the estimator's; its `timeout_s`
+            bounds each chunk's decode).
 
     Returns:
         `hands_cam` rows of frames [own_start, own_stop).
@@ -126,7 +127,9 @@ def hands_for_shard(shard: pd.DataFrame, opts: HandsOptions, decode: DecodeOptio
         EgolakeError: the decoder returned fewer frames than the shard owns.
     """
     s = shard.iloc[0]
-    decode = DecodeOptions(decode.backend, opts.estimator.max_long_side_px, decode.threads)
+    decode = DecodeOptions(
+        decode.backend, opts.estimator.max_long_side_px, decode.threads, timeout_s=decode.timeout_s
+    )
     estimator = load_estimator(opts.estimator)
     estimator.reset()
     parts, decoded = [], 0

@@ -83,6 +83,9 @@ class DecodeOptions:
             most this fraction of the stored size on both sides (0 = never). The blocking it leaves is
             mostly averaged away by the downscale: at 0.5, Y-PSNR against the full decode >= 40 dB on
             H.264, for 10-35 % less decode CPU (bench/results/decode.md). Decord ignores it.
+        timeout_s: > 0: `iter_frames` decodes in a forked child process (which also decodes ahead,
+            in place of `prefetch_chunks`) and kills it when a chunk takes longer than this
+            (`decode_timeout`); 0: in this process, unbounded.
     """
 
     # auto = decord first, PyAV fallback; or force one backend.
@@ -92,13 +95,19 @@ class DecodeOptions:
     # Decoder threads per call.
     threads: int = 1
     # Chunks decoded ahead in a background thread while the caller works on the current one
-    # (memory: this many extra chunks of frames); 0 decodes in the caller's thread.
+    # (memory: this many extra chunks of frames); 0 decodes in the caller's thread. Unused with
+    # timeout_s > 0: the decoding child process runs one chunk ahead instead.
     prefetch_chunks: int = 1
     # Skip the in-loop deblocking filter when the output is at most this fraction of the stored size
     # on both sides (PyAV only); 0 = never.
     skip_deblocking_below: float = 0.0
+    # > 0: decode in a child process, killed when one chunk takes longer than this many seconds (the
+    # unit fails `decode_timeout`, the batch goes on); 0: decode in the calling process, no limit.
+    timeout_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.timeout_s < 0:
+            raise ValueError(f"timeout_s must be >= 0 (0: no limit), got {self.timeout_s}")
         if self.backend not in ("auto", "decord", "pyav"):
             raise ValueError(f"backend must be auto, decord or pyav, got {self.backend!r}")
         if self.max_long_side_px < 0 or self.threads < 1 or self.prefetch_chunks < 0:

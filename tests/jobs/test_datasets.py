@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 
 import pytest
 
 from jobs import datasets
+from tests.jobs.publish_driver import spawn as _drive
 
 
 def _stage(root: str, run_id: str, payload: str) -> str:
@@ -82,3 +85,127 @@ def test_two_exports_publishing_at_once_one_wins_the_other_is_told(tmp_path):
         datasets.publish(_stage(root, "mine", "mine"), root, "hands", _manifest("a"), meanwhile)
     assert datasets.versions(root, "hands") == ["v1"] and datasets.latest_version(root, "hands") == "v1"
     assert datasets.read_manifest(root, "hands")["fingerprint"] == "b"
+
+
+def _files(folder: str) -> dict[str, bytes]:
+    out = {}
+    for parent, _, names in os.walk(folder):
+        for n in names:
+            with open(os.path.join(parent, n), "rb") as fh:
+                out[os.path.relpath(os.path.join(parent, n), folder)] = fh.read()
+    return out
+
+
+def _payload(root: str, version: str) -> str:
+    with open(os.path.join(root, "hands", version, "data", "file.bin"), encoding="utf-8") as fh:
+        return fh.read()
+
+
+@pytest.mark.parametrize(
+    ("step", "latest_after_kill", "left_behind", "next_version"),
+    [
+        ("staged", "v1", ["r2", "r2.lock"], "v2"),  # killed before the rename: no v2
+        ("renamed", "v1", ["r2.lock"], "v3"),  # v2 complete, never pointed at
+        ("pointed", "v2", ["r2.lock"], "v3"),  # published; only the lock was not released
+    ],
+)
+def test_driver_killed_during_publish_leaves_versions_intact_and_the_next_export_cleans_up(
+    tmp_path, step, latest_after_kill, left_behind, next_version
+):
+    """SIGKILL at each step of the publish: v1 and `latest` intact, nothing half-published listed, the
+    next export publishes and removes the killed export's staging and lock."""
+    root = str(tmp_path)
+    assert _drive(root, "r1", "one", "none").wait() == 0
+    v1 = _files(os.path.join(root, "hands", "v1"))
+
+    assert _drive(root, "r2", "two", step).wait() == -signal.SIGKILL
+    assert _files(os.path.join(root, "hands", "v1")) == v1
+    assert datasets.latest_version(root, "hands") == latest_after_kill
+    assert sorted(os.listdir(os.path.join(root, "hands", "_staging"))) == left_behind
+    for version in datasets.versions(root, "hands"):  # every listed version is whole
+        assert datasets.read_manifest(root, "hands", version)["fingerprint"] == _payload(root, version)
+    assert ("v2" in datasets.versions(root, "hands")) == (step != "staged")
+
+    assert _drive(root, "r3", "three", "none").wait() == 0
+    assert datasets.latest_version(root, "hands") == next_version
+    assert _payload(root, next_version) == "three"
+    assert _files(os.path.join(root, "hands", "v1")) == v1
+    assert not os.path.exists(os.path.join(root, "hands", "_staging"))
+
+
+def test_a_running_exports_staging_is_never_removed(tmp_path):
+    """Clean-up while another export stages: the live one (its lock held) keeps its folder and then
+    publishes; a killed export's and a lock-less (pre-lock) staging folder are removed."""
+    root = str(tmp_path)
+    live = _drive(root, "live", "live", "hold", stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert live.stdout.readline() == "staging\n"
+        assert _drive(root, "killed", "k", "staged").wait() == -signal.SIGKILL  # its clean-up ran too
+        _stage(root, "legacy", "old")
+        assert datasets.clean_stale_staging(root, "hands") == ["killed", "legacy"]
+        staged = os.path.join(datasets.staging_dir(root, "hands", "live"), "data", "file.bin")
+        with open(staged, encoding="utf-8") as fh:
+            assert fh.read() == "live"
+        assert sorted(os.listdir(os.path.join(root, "hands", "_staging"))) == ["live", "live.lock"]
+        assert datasets.clean_stale_staging(root, "hands") == []
+        live.stdin.write("go\n")
+        live.stdin.close()
+        assert live.wait() == 0
+    finally:
+        live.kill()
+    assert datasets.versions(root, "hands") == ["v1"] and _payload(root, "v1") == "live"
+    assert not os.path.exists(os.path.join(root, "hands", "_staging"))
+
+
+def test_list_shows_only_versions_whose_publish_completed(tmp_path, capsys):
+    """A `v<N>` folder without a manifest (a partial copy) and staging folders are not versions; the next
+    publish numbers past the incomplete folder and overwrites nothing."""
+    from jobs.cli import main
+
+    root = os.path.join(tmp_path, "datasets")
+    datasets.publish(_stage(root, "r1", "one"), root, "hands", _manifest("a"))
+    os.makedirs(os.path.join(root, "hands", "v2", "data"))
+    staged = _stage(root, "r2", "two")
+    with open(os.path.join(staged, datasets.MANIFEST), "w", encoding="utf-8") as fh:
+        json.dump({**_manifest("b"), "version": "v2"}, fh)
+    os.makedirs(datasets.staging_dir(root, "fresh", "r0"))  # a first export, not yet published
+    assert datasets.versions(root, "hands") == ["v1"]
+    assert main(["datasets", "list", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "hands: latest=v1 versions=v1 episodes=1 frames=10\n"
+    assert datasets.publish(staged, root, "hands", _manifest("b")) == "v3"
+    assert datasets.versions(root, "hands") == ["v1", "v3"] and os.listdir(os.path.join(root, "hands", "v2"))
+
+
+def test_datasets_list_between_every_step_of_a_publish(tmp_path, monkeypatch):
+    """`datasets list` read at each step of publishing v2 (manifest written in staging, files read-only,
+    renamed, `latest` moved): it lists v2 only from the rename on, every listed version whole."""
+    root = os.path.join(tmp_path, "datasets")
+    datasets.publish(_stage(root, "r1", "one"), root, "hands", _manifest("one"))
+    seen: list[str] = []
+
+    def listing(step: str) -> None:
+        seen.append(f"{step}: {datasets.command('list', str(tmp_path), 'hands')}")
+        for version in datasets.versions(root, "hands"):
+            assert datasets.read_manifest(root, "hands", version)["fingerprint"] == _payload(root, version)
+
+    rename, set_latest = os.rename, datasets.set_latest
+
+    def renaming(src: str, dst: str) -> None:
+        listing("read-only")
+        rename(src, dst)
+        listing("renamed")
+
+    def pointing(*args: str) -> None:
+        set_latest(*args)
+        listing("pointed")
+
+    monkeypatch.setattr(os, "rename", renaming)
+    monkeypatch.setattr(datasets, "set_latest", pointing)
+    datasets.publish(_stage(root, "r2", "two"), root, "hands", _manifest("two"), lambda *_: listing("staged"))
+    tail = "episodes=1 frames=10"
+    assert seen == [
+        f"staged: hands: latest=v1 versions=v1 {tail}",
+        f"read-only: hands: latest=v1 versions=v1 {tail}",
+        f"renamed: hands: latest=v1 versions=v1,v2 {tail}",
+        f"pointed: hands: latest=v2 versions=v1,v2 {tail}",
+    ]

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 
 import numpy as np
 import pytest
 
+from tests.jobs.publish_driver import spawn
 from tests.jobs.tables_util import copy_episode, copy_output
 from tests.jobs.tables_util import table as _table
 from tests.udfs.lerobot.lerobot_load import load_with_lerobot
@@ -177,8 +179,11 @@ def test_unchanged_export_makes_no_version_then_qa_exclusion_and_rollback(spark,
     out, cfg, _ = pipeline_run
     root = os.path.join(out, "datasets")
     v2 = _file_hashes(_dataset(out, "v2"))
+    assert spawn(root, "killed", "x", "staged").wait() == -signal.SIGKILL  # an export killed mid-publish
+    assert sorted(os.listdir(os.path.join(root, "hands", "_staging"))) == ["killed", "killed.lock"]
     again = run_pipeline(spark, cfg, None, out, stages=["export"])
     assert versions(root, "hands") == ["v1", "v2"] and again.counts["export"]["skipped"] == 2
+    assert not os.path.exists(os.path.join(root, "hands", "_staging"))  # removed, though nothing changed
 
     episodes = sorted(e["episode_id"] for e in read_manifest(root, "hands", "v2")["episodes"])
     qa = pd.DataFrame(dict.fromkeys(QA.columns), index=[0, 1]).assign(

@@ -12,6 +12,7 @@ from schemas.tables import QUARANTINE
 def test_a_conflict_is_retried_and_other_errors_are_not(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("delta")
     from delta.exceptions import ProtocolChangedException
+    from pyspark.errors import PySparkException
 
     from jobs import tables
 
@@ -23,7 +24,7 @@ def test_a_conflict_is_retried_and_other_errors_are_not(monkeypatch: pytest.Monk
         if len(calls) < 3:
             raise ProtocolChangedException(message="a concurrent writer created the table")
 
-    tables._retry_conflicts(flaky, "t")
+    tables._retry_conflicts(flaky, "t", "/out/tables/t")
     assert len(calls) == 3
 
     def broken() -> None:
@@ -32,14 +33,23 @@ def test_a_conflict_is_retried_and_other_errors_are_not(monkeypatch: pytest.Monk
 
     calls.clear()
     with pytest.raises(ValueError, match="not a conflict"):
-        tables._retry_conflicts(broken, "t")
+        tables._retry_conflicts(broken, "t", "/out/tables/t")
     assert len(calls) == 1
 
     def always() -> None:
         raise ProtocolChangedException(message="still")
 
     with pytest.raises(ProtocolChangedException):
-        tables._retry_conflicts(always, "t")
+        tables._retry_conflicts(always, "t", "/out/tables/t")
+
+    def full() -> None:
+        calls.append(1)
+        raise PySparkException(message="Task failed: java.io.IOException: No space left on device")
+
+    calls.clear()
+    with pytest.raises(OSError, match=r"no space left on device writing table t at /out/tables/t: nothing"):
+        tables._retry_conflicts(full, "t", "/out/tables/t")
+    assert len(calls) == 1  # not retried
 
 
 @pytest.mark.spark

@@ -19,7 +19,9 @@ Convention:
       as swscale's own RGB output, which costs more); odd output sizes take swscale's RGB path.
     - `iter_frames` decodes up to `prefetch_chunks` chunks ahead in a background thread, so decoding
       the next chunk overlaps the caller's work on the current one (decord, PyAV and OpenCV release
-      the GIL while they decode).
+      the GIL while they decode). With `timeout_s` it decodes in a forked child instead
+      (`udfs.media.forked`), which decodes ahead the same way and is killed when a chunk takes longer:
+      a hung decoder (native code, a file that blocks on open) costs the unit, not the task.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import cv2
 import numpy as np
 
 from pose_core.errors import InputError
+from udfs.media.forked import forked_items
 from udfs.media.sequence import read_image_rgb, sequence_timing
 from udfs.options import DecodeOptions
 
@@ -371,15 +374,25 @@ def iter_frames(
 
     Raises:
         InputError: `unreadable`, `no_video_stream`, `decode_error` or `corrupt_frames`;
-            `bad_sidecar` for a malformed image-sequence sidecar.
+            `bad_sidecar` for a malformed image-sequence sidecar; `decode_timeout` when, with
+            `opts.timeout_s`, a chunk took longer (`decode_error` also when the decoder crashed).
     """
     opts = opts or DecodeOptions()
     if start < 0 or chunk_frames < 1:
         raise ValueError(f"start must be >= 0 and chunk_frames >= 1, got {start}, {chunk_frames}")
     req = _Request(source, start, np.iinfo(np.int64).max if stop is None else stop, opts, chunk_frames)
-    is_sequence = isinstance(source, str) and os.path.isdir(source)
-    chunks = _sequence_chunks(req, source) if is_sequence else _video_chunks(req)
-    yield from (_prefetched(chunks, opts.prefetch_chunks) if opts.prefetch_chunks else chunks)
+
+    def chunks() -> Iterator[DecodedFrames]:
+        is_sequence = isinstance(source, str) and os.path.isdir(source)
+        return _sequence_chunks(req, source) if is_sequence else _video_chunks(req)
+
+    if opts.timeout_s > 0:
+        doing = f"decoding frames [{start}, {'end' if stop is None else stop})"
+        yield from forked_items(chunks, opts.timeout_s, _name(source), doing)
+    elif opts.prefetch_chunks:
+        yield from _prefetched(chunks(), opts.prefetch_chunks)
+    else:
+        yield from chunks()
 
 
 _DONE = object()

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import multiprocessing
 import os
 import time
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 
 import numpy as np
 
-from pose_core.errors import EgolakeError, InputError
+from pose_core.errors import InputError
 from udfs.media.decode import decord_can_decode
+from udfs.media.forked import forked_items
 from udfs.media.imu import attach_imu
 from udfs.media.inputs import InputItem
 from udfs.media.reasons import check_reason
@@ -262,50 +261,24 @@ def probe(item: InputItem, opts: ProbeOptions | None = None) -> ProbeResult:
     return result
 
 
-def _probe_child(item: InputItem, opts: ProbeOptions, conn: Connection) -> None:
-    conn.send(probe(item, opts))
-    conn.close()
-
-
 def probe_with_timeout(item: InputItem, opts: ProbeOptions | None = None) -> ProbeResult:
-    """Run `probe` in a forked child process, killed after `opts.timeout_s`.
+    """Run `probe` in a forked child process, killed after `opts.timeout_s` (`udfs.media.forked`).
 
     Returns:
         The child's result; `decode_timeout` when it ran too long (the child is killed), or
         `decode_error` when the child died from a signal (a crashing decoder).
 
     Raises:
-        EgolakeError: the child exited with an error status: a bug in the probe, whose traceback
-            is in the worker's stderr (bad input never does this).
+        Exception: what `probe` raised in the child: a bug (bad input never raises).
+        EgolakeError: the child exited without a result and without a signal.
     """
     opts = opts or ProbeOptions()
     started = time.monotonic()
-    ctx = multiprocessing.get_context("fork")
-    receiver, sender = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_probe_child, args=(item, opts, sender), daemon=True)
-    child.start()
-    sender.close()
-    timed_out = False
     try:
-        if receiver.poll(opts.timeout_s):
-            try:
-                return receiver.recv()  # type: ignore[no-any-return]
-            except EOFError:
-                logger.warning("probe child of %s died before answering", item.path)
-        else:
-            timed_out = True
-            child.kill()
-    finally:
-        child.join()
-        receiver.close()
-    failed = ProbeResult(path=item.path, kind=item.kind, probe_s=time.monotonic() - started)
-    if timed_out:
-        failed.reason_code = "decode_timeout"
-        failed.message = f"{item.path}: probing took longer than {opts.timeout_s:.0f} s and was stopped"
-    elif child.exitcode is not None and child.exitcode < 0:
-        failed.reason_code = "decode_error"
-        failed.message = f"{item.path}: the decoder crashed (signal {-child.exitcode})"
-    else:
-        raise EgolakeError(f"probe of {item.path} failed in a child process (exit code {child.exitcode})")
-    logger.warning("%s", failed.message)
-    return failed
+        (result,) = forked_items(lambda: [probe(item, opts)], opts.timeout_s, item.path, "probing")
+    except InputError as err:  # `probe` returns its verdicts: these come from the child's end
+        failed = ProbeResult(path=item.path, kind=item.kind, probe_s=time.monotonic() - started)
+        failed.reason_code, failed.message = err.reason_code, f"{item.path}: {err.message}"
+        logger.warning("%s", failed.message)
+        return failed
+    return result

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import faulthandler
+import os
+import signal
 import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -8,9 +12,11 @@ import cv2
 import numpy as np
 import pytest
 
+import udfs.media.decode as decode_module
 from pose_core.errors import InputError
 from tests.corpus import VFR_DURATIONS_MS, make_corpus, textured_frames
-from udfs.media.decode import decode_frames, iter_frames, output_size
+from tests.hangs import GIVE_UP_S, stalled_fifo
+from udfs.media.decode import DecodedFrames, decode_frames, iter_frames, output_size
 from udfs.media.encode import EncodeOptions, write_video
 from udfs.options import DecodeOptions
 
@@ -215,6 +221,110 @@ class TestPrefetch:
     def test_negative_depth_refused(self) -> None:
         with pytest.raises(ValueError, match="prefetch_chunks"):
             DecodeOptions(prefetch_chunks=-1)
+
+
+def _pid_then(first: bool, then: str) -> object:
+    """A fake `_video_chunks`: writes its pid to $EGOLAKE_TEST_PID_FILE, yields one real chunk when
+    `first`, then hangs forever (`hang`), crashes (`crash`) or yields the same chunk forever (`repeat`)."""
+    real = decode_module._video_chunks
+
+    def fake(req: object) -> Iterator[DecodedFrames]:
+        Path(os.environ["EGOLAKE_TEST_PID_FILE"]).write_text(str(os.getpid()))
+        chunk = next(real(req))  # type: ignore[arg-type]
+        if first:
+            yield chunk
+        if then == "crash":
+            faulthandler.disable()  # keep pytest's crash dump of the child out of the output
+            os.kill(os.getpid(), signal.SIGSEGV)
+        while then == "repeat":
+            yield chunk
+        threading.Event().wait(GIVE_UP_S)  # stuck for good: only a broken time limit sees the end
+        raise AssertionError("the hung decoder was not stopped")
+
+    return fake
+
+
+def _gone(pid_file: Path) -> bool:
+    try:
+        os.kill(int(pid_file.read_text()), 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+class TestTimeLimit:
+    """With `timeout_s` a child process decodes: the same chunks and errors, and a hung decoder is killed."""
+
+    @pytest.fixture
+    def pid_file(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+        monkeypatch.setenv("EGOLAKE_TEST_PID_FILE", str(tmp_path / "pid"))
+        return tmp_path / "pid"
+
+    @pytest.mark.parametrize(
+        ("name", "backend"),
+        [("bad/long_source.mkv", "decord"), ("bad/long_source.mkv", "pyav"), ("sequences/seq_png", "auto")],
+    )
+    def test_same_chunks_as_in_process(self, root: Path, name: str, backend: str) -> None:
+        path, opts = str(root / name), NATIVE[backend]
+        here = list(iter_frames(path, 2, 50, opts, chunk_frames=4))
+        child = list(iter_frames(path, 2, 50, replace(opts, timeout_s=60), chunk_frames=4))
+        assert len(child) == len(here) >= 3
+        for a, b in zip(child, here, strict=True):
+            np.testing.assert_array_equal(a.frames, b.frames)
+            np.testing.assert_array_equal(a.frame_idx, b.frame_idx)
+            np.testing.assert_array_equal(a.ts_s, b.ts_s)
+            assert a.backend == b.backend and a.frames.flags.writeable
+
+    @pytest.mark.parametrize("name", ["bad/corrupt_middle.mkv", "bad/truncated.mp4"])
+    def test_decoder_errors_arrive_whole(self, root: Path, name: str) -> None:
+        errors = []
+        for opts in (NATIVE["auto"], replace(NATIVE["auto"], timeout_s=60)):
+            with pytest.raises(InputError) as info:
+                list(iter_frames(str(root / name), 0, None, opts))
+            errors.append((info.value.reason_code, info.value.message, info.value.path))
+        assert errors[0] == errors[1]
+
+    def test_hung_decoder_is_killed_after_the_timeout(
+        self, root: Path, pid_file: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(decode_module, "_video_chunks", _pid_then(first=True, then="hang"))
+        opts = replace(NATIVE["auto"], timeout_s=1)
+        chunks = iter_frames(str(root / "bad" / "long_source.mkv"), 0, 40, opts, chunk_frames=8)
+        np.testing.assert_array_equal(next(chunks).frame_idx, np.arange(8))
+        with pytest.raises(InputError) as info:
+            next(chunks)
+        assert info.value.reason_code == "decode_timeout"
+        assert "decoding frames [0, 40) took longer than 1 s" in str(info.value) and "long_source" in str(
+            info.value
+        )
+        assert _gone(pid_file)
+
+    def test_a_source_that_blocks_on_open(self, tmp_path: Path) -> None:
+        """A FIFO without a writer blocks `open` in the kernel (as a stalled network mount does)."""
+        with stalled_fifo(tmp_path / "stalled.mp4") as fifo, pytest.raises(InputError) as info:
+            decode_frames(fifo, 0, 10, replace(NATIVE["auto"], timeout_s=1))
+        assert info.value.reason_code == "decode_timeout" and info.value.path == fifo
+
+    def test_crashing_decoder(self, root: Path, pid_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(decode_module, "_video_chunks", _pid_then(first=False, then="crash"))
+        with pytest.raises(InputError) as info:
+            decode_frames(str(root / "valid" / "clip_a.mp4"), 0, 10, replace(NATIVE["auto"], timeout_s=30))
+        assert info.value.reason_code == "decode_error" and "signal 11" in info.value.message
+
+    def test_early_close_kills_the_child(
+        self, root: Path, pid_file: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(decode_module, "_video_chunks", _pid_then(first=True, then="repeat"))
+        chunks = iter_frames(
+            str(root / "valid" / "clip_a.mp4"), 0, None, replace(NATIVE["auto"], timeout_s=30)
+        )
+        next(chunks)
+        chunks.close()
+        assert _gone(pid_file)
+
+    def test_negative_timeout_refused(self) -> None:
+        with pytest.raises(ValueError, match="timeout_s"):
+            DecodeOptions(timeout_s=-1)
 
 
 def test_output_size() -> None:
