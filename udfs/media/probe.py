@@ -124,7 +124,7 @@ def _check_sidecars(item: InputItem) -> None:
 def _scan(path: str, kind: str, opts: ProbeOptions) -> Scan:
     if kind == "video":
         return scan_video(path, opts.decode_check, opts.sample_frames, opts.max_pixels)
-    return scan_sequence(path, opts.decode_check, opts.sample_frames)
+    return scan_sequence(path, opts.decode_check, opts.sample_frames, opts.max_pixels)
 
 
 def _timing(scan: Scan, result: ProbeResult, opts: ProbeOptions) -> None:

@@ -16,6 +16,7 @@ from typing import Literal
 
 import av
 import numpy as np
+import PIL.Image
 
 from pose_core.errors import InputError
 from udfs.media.decode import decode_frames, video_geometry
@@ -174,6 +175,33 @@ def _scan_full(
     return pts, hashes
 
 
+def _refuse_too_large(path: str, what: str, width: int, height: int, max_pixels: int | None) -> None:
+    """Raise `frames_too_large` when `width x height` (read from a header) is above `max_pixels`."""
+    if max_pixels is not None and width * height > max_pixels:
+        message = (f"{what} {width}x{height} = {width * height / 1e6:.0f} Mpx, limit "
+                   f"{max_pixels / 1e6:.0f} Mpx (ingest.probe.max_pixels); nothing was decoded")
+        raise InputError("frames_too_large", message, path)
+
+
+def _image_size(path: str) -> tuple[int, int] | None:
+    """An image's `(width, height)` from its header, without decoding it; None when Pillow cannot tell.
+
+    OpenCV then decodes it under its own limit (OPENCV_IO_MAX_IMAGE_PIXELS, 1 Gpx).
+
+    Raises:
+        InputError: `frames_too_large` when Pillow's own guard refuses the header (above twice
+            `PIL.Image.MAX_IMAGE_PIXELS`, ~179 Mpx).
+    """
+    try:
+        with PIL.Image.open(path) as image:
+            return image.size
+    except PIL.Image.DecompressionBombError as err:  # its size is in the message only
+        message = f"image '{os.path.basename(path)}' refused from its header: {err} (ingest.probe.max_pixels)"
+        raise InputError("frames_too_large", message, path) from err
+    except (OSError, ValueError):
+        return None
+
+
 def scan_video(
     path: str, mode: Literal["full", "sampled"], sample_frames: int, max_pixels: int | None = None
 ) -> Scan:
@@ -197,10 +225,7 @@ def scan_video(
     container, stream = _open_video(path)
     with container:
         width, height = stream.codec_context.width, stream.codec_context.height
-        if max_pixels is not None and width * height > max_pixels:
-            message = (f"frames are {width}x{height} = {width * height / 1e6:.0f} Mpx, limit "
-                       f"{max_pixels / 1e6:.0f} Mpx (ingest.probe.max_pixels); nothing was decoded")
-            raise InputError("frames_too_large", message, path)
+        _refuse_too_large(path, "frames are", width, height, max_pixels)
         scan = Scan(
             container=container.format.name,
             codec=stream.codec_context.name,
@@ -239,19 +264,24 @@ def _hash_samples(path: str, scan: Scan, sample_frames: int) -> None:
         scan.phashes.append(phash(decoded.frames[0]))
 
 
-def scan_sequence(folder: str, mode: Literal["full", "sampled"], sample_frames: int) -> Scan:
+def scan_sequence(
+    folder: str, mode: Literal["full", "sampled"], sample_frames: int, max_pixels: int | None = None
+) -> Scan:
     """Decode-check an image-sequence folder with OpenCV.
 
     Args:
         folder: the image-sequence folder.
         mode: `full` reads every image; `sampled` reads the `sample_frames` sampled images.
         sample_frames: number of images hashed.
+        max_pixels: refuse an image larger than this (width x height, from its header) before decoding
+            it; None: no limit.
 
     Returns:
         The scan; unreadable images and images of another size count as `bad_frames`.
 
     Raises:
-        InputError: `bad_sidecar` for malformed timestamps.txt / calib.yaml.
+        InputError: `bad_sidecar` for malformed timestamps.txt / calib.yaml; `frames_too_large` above
+            `max_pixels`.
     """
     timing = sequence_timing(folder)
     paths = timing.image_paths
@@ -262,6 +292,9 @@ def scan_sequence(folder: str, mode: Literal["full", "sampled"], sample_frames: 
     sampled = set(sample_positions(len(paths), sample_frames).tolist())
     to_read = range(len(paths)) if mode == "full" else sorted(sampled)
     for i in to_read:
+        size = _image_size(paths[i]) if max_pixels is not None else None
+        if size is not None:
+            _refuse_too_large(folder, f"image '{os.path.basename(paths[i])}' is", *size, max_pixels)
         try:
             image = read_image_rgb(paths[i])
         except InputError as err:

@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import shutil
 import signal
+import struct
 import time
+import zlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -159,6 +162,38 @@ class TestLimits:
         monkeypatch.setattr(scan_module, "_scan_full", no_decoding)
         result = probe(_item(root / "valid" / "clip_b.mkv"), ProbeOptions(max_pixels=100))
         assert result.reason_code == "frames_too_large" and "max_pixels" in result.message
+
+    @pytest.mark.parametrize(("side", "told"), [(9000, "is 9000x9000"), (16384, "268435456 pixels")])
+    def test_an_image_sequences_huge_image_is_refused_before_decoding(  # noqa: PLR0913, PLR0917 - fixtures
+        self, corpus: tuple[Path, dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, side: int,
+        told: str,
+    ) -> None:
+        """A PNG whose header says 9000x9000 (above max_pixels, 8192x8192) or 16384x16384 (OpenCV would
+        decode it: 268 Mpx is under its own 1 Gpx limit, 805 MB of RGB; above Pillow's own guard too)
+        among ordinary images: refused from its header, nothing of it decoded."""
+        root, _ = corpus
+        folder = tmp_path / "seq_huge"
+        shutil.copytree(root / "sequences" / "seq_png", folder, ignore=shutil.ignore_patterns("right"))
+        header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)  # IHDR: width, height, 8-bit RGB
+        def chunk(kind: bytes, data: bytes) -> bytes:
+            return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+        pixels = zlib.compress(b"\0" * 64)  # the start of the first row: the rest is never read
+        png = chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+        (folder / "000005.png").write_bytes(b"\x89PNG\r\n\x1a\n" + png)
+        decoded = []
+        read = scan_module.read_image_rgb
+
+        def counted(path: str, *args: object) -> object:
+            decoded.append(path)
+            return read(path, *args)
+
+        monkeypatch.setattr(scan_module, "read_image_rgb", counted)
+        item = InputItem(str(folder), "image_sequence", Sidecars())
+        result = probe(item, ProbeOptions(decode_check="full"))
+        assert result.reason_code == "frames_too_large", result.message
+        assert "000005.png'" in result.message and told in result.message and "max_pixels" in result.message
+        assert not any(p.endswith("000005.png") for p in decoded)
 
     def test_calibration_size_must_match(self, tmp_path: Path, corpus: tuple[Path, dict[str, str]]) -> None:
         root, _ = corpus
