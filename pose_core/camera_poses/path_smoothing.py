@@ -92,52 +92,61 @@ def _noise_std(frames: NDArray[np.int64], centres: FloatArray, min_samples: int)
     return sigma if sigma > 0 else None
 
 
-def _rts(  # noqa: PLR0913, PLR0917 - the path's arrays and the two gate settings
+def _rts(  # noqa: PLR0913, PLR0914, PLR0917 - one filter pass and its smoother over the path's arrays
     frames: NDArray[np.int64], z: FloatArray, sigma: float, q: FloatArray, gate: float, max_outlier_run: int
 ) -> tuple[FloatArray, FloatArray]:
-    """Robust Kalman filter and RTS smoother of centres `z` `(N, 3)` at `frames` `(N,)`.
+    """Robust Kalman filter and RTS smoother of centres `z` `(N, 3)` at `frames` `(N,)`, for G models at once.
+
+    Args:
+        frames: frame numbers of the centres, increasing, `(N,)`.
+        z: measured centres, map units, `(N, 3)`.
+        sigma: their noise std per axis.
+        q: acceleration density of each model at each step (from the previous centre), `(G, N)`.
+        gate: chi-square (3 dof) above which a centre is down-weighted.
+        max_outlier_run: longest run of centres beyond the gate treated as outliers.
 
     Returns:
-        (smoothed centres `(N, 3)`, each innovation's log-likelihood `(N,)`, 0 for the first: Gaussian,
+        (smoothed centres `(G, N, 3)`, each innovation's log-likelihood `(G, N)`, 0 for the first: Gaussian,
         but an outlier's (a run of at most `max_outlier_run` centres beyond the gate) counts as at the
         gate, so that every candidate model pays the same for it.)
     """
-    n = len(frames)
-    x, p = np.zeros((n, 6)), np.zeros((n, 6, 6))
-    x_pred, p_pred, trans = np.zeros((n, 6)), np.zeros((n, 6, 6)), np.zeros((n, 6, 6))
+    g, n = q.shape
+    x, p = np.zeros((g, n, 6)), np.zeros((g, n, 6, 6))
+    x_pred, p_pred, trans = np.zeros((g, n, 6)), np.zeros((g, n, 6, 6)), np.zeros((n, 6, 6))
     h, r = position_block(), sigma**2 * np.eye(3)
-    nis, logdet = np.zeros(n), np.zeros(n)
-    gated = 0  # consecutive centres beyond the gate: more than `max_outlier_run` is the camera moving
-    x_pred[0, :3] = z[0]
+    nis, logdet = np.zeros((g, n)), np.zeros((g, n))
+    gated = np.zeros(g, np.int64)  # consecutive centres beyond the gate; more than `max_outlier_run`: motion
+    x_pred[:, 0, :3] = z[0]
     # the first velocity is unknown: a prior far wider than any step of the path (KITTI: 1.2 m a frame)
     speed = float(np.max(np.linalg.norm(np.diff(z, axis=0), axis=1) / np.diff(frames), initial=sigma))
-    p_pred[0] = np.block([[r, np.zeros((3, 3))], [np.zeros((3, 3)), np.eye(3) * (10.0 * speed) ** 2]])
+    p_pred[:, 0] = np.block([[r, np.zeros((3, 3))], [np.zeros((3, 3)), np.eye(3) * (10.0 * speed) ** 2]])
     for i in range(n):
         if i > 0:
-            trans[i], process = constant_velocity_step(float(frames[i] - frames[i - 1]), float(q[i]))
-            x_pred[i] = trans[i] @ x[i - 1]
-            p_pred[i] = trans[i] @ p[i - 1] @ trans[i].T + process
-        innovation = z[i] - x_pred[i, :3]
-        s = p_pred[i, :3, :3] + r
-        nis[i] = float(innovation @ np.linalg.solve(s, innovation))
-        logdet[i] = float(np.log(np.linalg.det(s)))
-        gated = gated + 1 if nis[i] > gate else 0
-        if 0 < gated <= max_outlier_run:  # a centre the motion cannot explain counts for less
-            s = s + (nis[i] / gate - 1.0) * r
-        gain = p_pred[i][:, :3] @ np.linalg.inv(s)
-        x[i] = x_pred[i] + gain @ innovation
-        p[i] = (np.eye(6) - gain @ h) @ p_pred[i]
+            trans[i], unit = constant_velocity_step(float(frames[i] - frames[i - 1]), 1.0)
+            x_pred[:, i] = x[:, i - 1] @ trans[i].T
+            p_pred[:, i] = trans[i] @ p[:, i - 1] @ trans[i].T + q[:, i, None, None] * unit
+        innovation = z[i] - x_pred[:, i, :3]  # (G, 3)
+        s = p_pred[:, i, :3, :3] + r
+        nis[:, i] = np.einsum("gi,gi->g", innovation, np.linalg.solve(s, innovation[..., None])[..., 0])
+        logdet[:, i] = np.linalg.slogdet(s)[1]
+        gated = np.where(nis[:, i] > gate, gated + 1, 0)
+        down = (gated > 0) & (gated <= max_outlier_run)  # a centre the motion cannot explain counts for less
+        s = s + np.where(down, nis[:, i] / gate - 1.0, 0.0)[:, None, None] * r
+        gain = p_pred[:, i, :, :3] @ np.linalg.inv(s)  # (G, 6, 3)
+        x[:, i] = x_pred[:, i] + np.einsum("gij,gj->gi", gain, innovation)
+        p[:, i] = (np.eye(6) - gain @ h) @ p_pred[:, i]
     for i in range(n - 2, -1, -1):
-        back = p[i] @ trans[i + 1].T @ np.linalg.inv(p_pred[i + 1])
-        x[i] = x[i] + back @ (x[i + 1] - x_pred[i + 1])
-        p[i] = p[i] + back @ (p[i + 1] - p_pred[i + 1]) @ back.T
-    outlier = np.zeros(n, bool)
-    beyond = np.flatnonzero(nis > gate)
-    for run in np.split(beyond, np.flatnonzero(np.diff(beyond) > 1) + 1) if len(beyond) else []:
-        outlier[run] = len(run) <= max_outlier_run
+        back = p[:, i] @ trans[i + 1].T @ np.linalg.inv(p_pred[:, i + 1])
+        x[:, i] = x[:, i] + np.einsum("gij,gj->gi", back, x[:, i + 1] - x_pred[:, i + 1])
+        p[:, i] = p[:, i] + back @ (p[:, i + 1] - p_pred[:, i + 1]) @ back.transpose(0, 2, 1)
+    outlier = np.zeros((g, n), bool)
+    for m in range(g):
+        beyond = np.flatnonzero(nis[m] > gate)
+        for run in np.split(beyond, np.flatnonzero(np.diff(beyond) > 1) + 1) if len(beyond) else []:
+            outlier[m, run] = len(run) <= max_outlier_run
     loglik = -0.5 * (np.where(outlier, gate, nis) + logdet)
-    loglik[0] = 0.0
-    return x[:, :3], loglik
+    loglik[:, 0] = 0.0
+    return x[:, :, :3], loglik
 
 
 def _local_density(
@@ -145,8 +154,8 @@ def _local_density(
 ) -> FloatArray:
     """Each frame's acceleration density `(N,)`: the grid's most likely over the window around it."""
     grid = sigma**2 * np.geomspace(opts.accel_psd_min_rel, opts.accel_psd_max_rel, opts.accel_psd_candidates)
-    gates = (opts.outlier_chi2, opts.max_outlier_run)
-    terms = np.stack([_rts(frames, z, sigma, np.full(len(frames), q), *gates)[1] for q in grid])
+    q = np.repeat(grid[:, None], len(frames), axis=1)
+    _, terms = _rts(frames, z, sigma, q, opts.outlier_chi2, opts.max_outlier_run)
     kernel = np.ones(opts.window_frames)
     windowed = np.stack([np.convolve(t, kernel, mode="same") for t in terms])
     return np.asarray(grid[windowed.argmax(axis=0)], np.float64)
@@ -178,5 +187,6 @@ def smooth_camera_path(
         if sigma is None:
             continue
         q = _local_density(frames, centres[frames], sigma, opts)
-        out[frames], _ = _rts(frames, centres[frames], sigma, q, opts.outlier_chi2, opts.max_outlier_run)
+        smoothed, _ = _rts(frames, centres[frames], sigma, q[None], opts.outlier_chi2, opts.max_outlier_run)
+        out[frames] = smoothed[0]
     return out
