@@ -33,15 +33,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pose_core.errors import ShapeError
-from pose_core.geometry.motion_model import constant_velocity_step, position_block
+from pose_core.geometry.motion_model import THIRD_DIFF_GAIN, constant_velocity_step, position_block
 
 __all__ = ["PathSmoothingOptions", "smooth_camera_path"]
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
-#: Std of the third difference of unit white noise: sqrt(1 + 9 + 9 + 1).
-_THIRD_DIFF_GAIN = float(np.sqrt(20.0))
 #: Median absolute deviation -> standard deviation for Gaussian samples.
 _MAD_TO_STD = 1.4826
 
@@ -88,7 +86,7 @@ def _noise_std(frames: NDArray[np.int64], centres: FloatArray, min_samples: int)
         return None
     d3 = centres[runs + 3] - 3 * centres[runs + 2] + 3 * centres[runs + 1] - centres[runs]
     mad = np.median(np.abs(d3 - np.median(d3, axis=0)), axis=0)
-    sigma = float(np.sqrt(np.mean((_MAD_TO_STD * mad) ** 2)) / _THIRD_DIFF_GAIN)
+    sigma = float(np.sqrt(np.mean((_MAD_TO_STD * mad) ** 2)) / THIRD_DIFF_GAIN)
     return sigma if sigma > 0 else None
 
 

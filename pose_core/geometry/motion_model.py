@@ -11,9 +11,13 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["constant_velocity_step", "position_block"]
+__all__ = ["THIRD_DIFF_GAIN", "constant_velocity_step", "position_block"]
 
 FloatArray = NDArray[np.float64]
+
+#: Std of the third difference of unit white noise, sqrt(1 + 9 + 9 + 1): a noise estimate that a
+#: smooth motion (small jerk) barely disturbs.
+THIRD_DIFF_GAIN = float(np.sqrt(20.0))
 
 
 def constant_velocity_step(dt: float, q: float) -> tuple[FloatArray, FloatArray]:

@@ -37,15 +37,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pose_core.errors import ShapeError
-from pose_core.geometry.motion_model import constant_velocity_step, position_block
+from pose_core.geometry.motion_model import THIRD_DIFF_GAIN, constant_velocity_step, position_block
 
 __all__ = ["TemporalOptions", "TrackNoise", "estimate_track_noise", "smooth_hand_track"]
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
-#: Std of the third difference of unit white noise: sqrt(1 + 9 + 9 + 1).
-_THIRD_DIFF_GAIN = float(np.sqrt(20.0))
 #: Keypoints whose mean gives a hand's ray: the wrist and the finger bases (the palm; fingertips move
 #: with the grasp, the palm with the hand).
 _PALM = (0, 5, 9, 13, 17)
@@ -143,9 +141,9 @@ def estimate_track_noise(
     # Across the ray: the third difference's two components perpendicular to the (middle) ray.
     mid = rays[1:-2][quad]
     across = d3_rays - np.sum(d3_rays * mid, axis=1, keepdims=True) * mid
-    sigma_ray = _robust_std(d3_range) / _THIRD_DIFF_GAIN
+    sigma_ray = _robust_std(d3_range) / THIRD_DIFF_GAIN
     # |across| of two Gaussian components has median 1.1774 sigma.
-    sigma_across = float(np.median(np.linalg.norm(across, axis=1))) / 1.1774 / _THIRD_DIFF_GAIN
+    sigma_across = float(np.median(np.linalg.norm(across, axis=1))) / 1.1774 / THIRD_DIFF_GAIN
     return TrackNoise(
         max(sigma_ray, opts.min_sigma_ray_rel), max(sigma_across, floor_across), int(quad.sum())
     )
