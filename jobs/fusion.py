@@ -103,7 +103,7 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
 
 STAGE = Stage(
     name="fusion",
-    version="5",
+    version="6",
     upstream="completion",
     config_sections=("fusion",),
     outputs=(HANDS_WORLD,),

@@ -9,7 +9,9 @@ detector's handedness flip in a few frames cannot swap identities.
    the median palm-keypoint (wrist and finger bases) distance to each track's constant-velocity
    prediction (a finger fit that changes its articulation between frames does not break a track), in
    units of the hand's size in the image (palm size: mean wrist -> finger-base distance), plus a
-   size-change and a handedness term; gated, and a track survives short misses.
+   size-change and a handedness term; gated, and a track survives short misses (its prediction
+   moving on for a few frames only). Where a track was lost for a while and its side votes (point 3)
+   before and after disagree, it is cut: the other hand came back where the lost one was expected.
 2. **Bystanders.** A track is another person's (``other_<n>``, in order of appearance) only with
    evidence of one in most of its frames: the wrist beyond `far_m` (twice arm's reach: depth is
    trusted only this coarsely), the forearm pointing away from the camera (fingers towards it; from
@@ -50,6 +52,9 @@ class WearerOptions:
     max_match_palms: float = 1.0
     # ... growing with the frames since then, up to this many times.
     max_gate_growth: int = 3
+    # A lost track's prediction moves on with its last velocity for at most this many frames, then waits
+    # there: one frame's velocity of a hand leaving the view carried over a long gap lands anywhere.
+    max_extrapolated_frames: int = 3
     # Matching cost per unit of |log| of the palm-size ratio between an observation and its track.
     size_cost: float = 0.5
     # Matching cost per unit of handedness-probability disagreement with the track's mean.
@@ -76,12 +81,25 @@ class WearerOptions:
     view_scale: float = 0.3
     # Two wearer tracks sharing at least this many frames cannot share a side.
     min_conflict_frames: int = 5
+    # A track is cut in two where it was lost for at least this many frames and its side vote before and
+    # after disagrees: the hand that came back is the other one (e.g. one hand leaves the view and the
+    # other enters where the lost track expected it) ...
+    min_split_gap_frames: int = 3
+    # ... when each part has at least `min_conflict_frames` observations and a mean vote of at least
+    # this size, of opposite signs.
+    min_split_vote: float = 0.5
 
     def __post_init__(self) -> None:
         if self.max_match_palms <= 0 or self.max_gate_growth < 1 or self.max_lost_frames < 1:
             raise ValueError(
                 "fusion.wearer: max_match_palms > 0, max_gate_growth >= 1, max_lost_frames >= 1 needed, got "
                 f"{self.max_match_palms}, {self.max_gate_growth}, {self.max_lost_frames}"
+            )
+        if self.max_extrapolated_frames < 0 or self.min_split_gap_frames < 2 or self.min_split_vote <= 0:
+            raise ValueError(
+                "fusion.wearer: max_extrapolated_frames >= 0, min_split_gap_frames >= 2, min_split_vote > 0 "
+                f"needed, got {self.max_extrapolated_frames}, {self.min_split_gap_frames}, "
+                f"{self.min_split_vote}"
             )
 
 
@@ -176,7 +194,7 @@ class _Track:
     ) -> float:
         """Matching cost of an observation, or `_UNMATCHED` outside the gate."""
         gap = frame - self.frame
-        predicted = self.keypoints_px + self.velocity_px * gap
+        predicted = self.keypoints_px + self.velocity_px * min(gap, opts.max_extrapolated_frames)
         scale = max(size_px, self.size_px)
         palm = list(RIGID_PALM)
         distance = float(np.median(np.linalg.norm(keypoints_px[palm] - predicted[palm], axis=-1))) / scale
@@ -260,9 +278,10 @@ def assign_identities(
     order = np.argsort(frame_idx, kind="stable")
     inverse = np.argsort(order)
     frames, cam, px, pr = frame_idx[order], keypoints_cam[order], keypoints_px[order], p_right[order]
-    track = _link_tracks(frames, px, pr, opts)
+    evidence = side_evidence(cam, px, pr, opts)
+    track = _split_by_side(_link_tracks(frames, px, pr, opts), frames, evidence, opts)
     bystander = bystander_evidence(cam, px, opts)
-    labels = _label_tracks(track, frames, bystander, side_evidence(cam, px, pr, opts), opts)
+    labels = _label_tracks(track, frames, bystander, evidence, opts)
     identity = np.array([labels[int(t)] for t in track], dtype=object)
     switch = np.zeros(n, bool)
     holder: dict[str, int] = {}
@@ -271,6 +290,51 @@ def assign_identities(
         holder[name] = int(t)
     logger.debug("%d observations, %d tracks, identities %s", n, len(labels), sorted(set(labels.values())))
     return WearerAssignment(track[inverse], identity[inverse], bystander[inverse], switch[inverse])
+
+
+def _split_by_side(
+    track: np.ndarray, frames: np.ndarray, evidence: np.ndarray, opts: WearerOptions
+) -> np.ndarray:
+    """Cut tracks where a hand was lost and the other one came back (module docstring, point 1).
+
+    A cut goes where the track was lost for at least `min_split_gap_frames` and the side votes of the
+    parts are opposite and each at least `min_split_vote` on average over at least `min_conflict_frames`
+    observations; of several such places the one with the largest summed vote of the parts, then the
+    parts again. Within continuous tracking nothing is cut: a run of handedness flips is not a new hand.
+
+    Args:
+        track: track of each observation, `(N,)` int, observations sorted by frame.
+        frames: `(N,)` sorted frames.
+        evidence: side vote of each observation, `(N,)` (see `side_evidence`).
+        opts: settings.
+
+    Returns:
+        Track of each observation, `(N,)` int, renumbered in order of appearance.
+    """
+    pieces = [np.flatnonzero(track == t) for t in np.unique(track)]
+    done: list[np.ndarray] = []
+    while pieces:
+        members = pieces.pop()
+        votes = np.cumsum(evidence[members])
+        best, best_gain = 0, 0.0
+        for cut in np.flatnonzero(np.diff(frames[members]) >= opts.min_split_gap_frames) + 1:
+            n_before, n_after = cut, len(members) - cut
+            before, after = votes[cut - 1], votes[-1] - votes[cut - 1]
+            if (
+                min(n_before, n_after) >= opts.min_conflict_frames
+                and before * after < 0
+                and min(abs(before) / n_before, abs(after) / n_after) >= opts.min_split_vote
+                and abs(before) + abs(after) > best_gain
+            ):
+                best, best_gain = int(cut), abs(before) + abs(after)
+        if best:
+            pieces += [members[:best], members[best:]]
+        else:
+            done.append(members)
+    split = np.empty_like(track)
+    for number, members in enumerate(sorted(done, key=lambda m: int(m[0]))):
+        split[members] = number
+    return split
 
 
 def _label_tracks(

@@ -139,3 +139,28 @@ def test_side_votes_use_the_forearm_and_the_view(episode):
     assert np.mean((votes > 0) == (truth == "wearer_right")) > 0.9
     result = assign_identities(frame_idx, kp_cam, kp_px, neutral)
     assert np.mean(result.identity == truth) >= 0.98
+
+
+def test_the_other_hand_appearing_where_a_lost_hand_was_is_not_its_track(episode):
+    """One hand leaves (the detector loses it) and, frames later, the other hand shows up right where
+    the lost track waits: the side votes before and after the gap cut the track (the hard synthetic
+    preset's failure: the left hand's track carried on as the right hand and the arm chased it)."""
+    frame_idx, kp_cam, kp_px, p_right, truth = _observations(episode, np.random.default_rng(5))
+    left = np.flatnonzero((truth == "wearer_left") & (frame_idx < 60))
+    right = np.flatnonzero((truth == "wearer_right") & (frame_idx >= 70))
+    assert len(left) > 40 and len(right) > 100
+    px = kp_px.copy()
+    px[right] += px[left[-1], 9] - px[right[0], 9]  # the right hand enters at the left hand's last place
+    keep = np.concatenate([left, right])
+    result = assign_identities(frame_idx[keep], kp_cam[keep], px[keep], p_right[keep])
+    assert np.mean(result.identity == truth[keep]) >= 0.99
+    assert len(set(result.track_id[: len(left)]) & set(result.track_id[len(left) :])) == 0
+
+
+def test_a_run_of_flipped_handedness_within_a_track_does_not_cut_it(episode):
+    frame_idx, kp_cam, kp_px, p_right, truth = _observations(episode, np.random.default_rng(6))
+    right = np.flatnonzero(truth == "wearer_right")
+    p_right = p_right.copy()
+    p_right[right[50:80]] = 0.02  # the detector sure it sees a left hand for 30 frames in a row
+    result = assign_identities(frame_idx[right], kp_cam[right], kp_px[right], p_right[right])
+    assert set(result.identity) == {"wearer_right"}
