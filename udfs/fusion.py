@@ -120,6 +120,7 @@ def _observations(hands: pd.DataFrame) -> EpisodeObservations:
         p_right=np.where(right, p_hand, 1.0 - p_hand),
         residual_px=hands["fit_residual_px"].to_numpy(np.float64),
         model_palm_size_m=hands["model_palm_size_m"].to_numpy(np.float64),
+        calibrated=bool((hands["intrinsics_source"] == "sidecar").all()) if len(hands) else False,
     )
 
 

@@ -121,6 +121,8 @@ class EpisodeObservations:
         p_right: detector probability of a right hand, `(N,)`.
         residual_px: RMS reprojection error of each fit, pixels, `(N,)`.
         model_palm_size_m: palm size of the model shape before rescaling, `(N,)`; NaN for template fits.
+        calibrated: the fits used calibrated intrinsics (a sidecar), not a focal prior: their depths
+            err only by the hand-size prior (see `pose_core.hands.wearer.bystander_evidence`).
     """
 
     frame_idx: np.ndarray
@@ -130,6 +132,7 @@ class EpisodeObservations:
     p_right: np.ndarray
     residual_px: np.ndarray
     model_palm_size_m: np.ndarray
+    calibrated: bool = False
 
     def __post_init__(self) -> None:
         n = len(self.frame_idx)
@@ -195,12 +198,12 @@ def _identities(
         (keypoints_cam `(K, 21, 3)` metres, size factors `(K,)`, the assignment), K = len(keep).
     """
     kp_cam, px, p_right = obs.keypoints_cam[keep], obs.keypoints_px[keep], obs.p_right[keep]
-    assignment = assign_identities(obs.frame_idx[keep], kp_cam, px, p_right, opts.wearer)
+    assignment = assign_identities(obs.frame_idx[keep], kp_cam, px, p_right, opts.wearer, obs.calibrated)
     if not opts.hold_hand_size:
         return kp_cam, np.ones(len(keep)), assignment
     size = obs.model_palm_size_m[keep]
     held, _ = hold_hand_size(kp_cam, size, assignment.identity)
-    assignment = assign_identities(obs.frame_idx[keep], held, px, p_right, opts.wearer)
+    assignment = assign_identities(obs.frame_idx[keep], held, px, p_right, opts.wearer, obs.calibrated)
     held, factors = hold_hand_size(kp_cam, size, assignment.identity)
     return held, factors, assignment
 

@@ -132,19 +132,23 @@ def _palm_px(keypoints_px: np.ndarray) -> np.ndarray:
 
 
 def bystander_evidence(
-    keypoints_cam: np.ndarray, keypoints_px: np.ndarray, opts: WearerOptions
+    keypoints_cam: np.ndarray, keypoints_px: np.ndarray, opts: WearerOptions, calibrated: bool = False
 ) -> np.ndarray:
     """Per observation: does it show evidence of another person's hand?
 
     Evidence: the fingers pointing at the camera, an arm reaching down from the top into the upper half
-    of the view, or the wrist beyond `far_m`; distance does not count for an arm that enters from below
-    (its forearm not pointing up in the image, its wrist below the optical axis), the wearer's own way
-    of reaching in: a wide-angle camera's hands are placed too far under the focal-length prior.
+    of the view, or the wrist beyond `far_m`; without a calibration, distance does not count for an arm
+    that enters from below (its forearm not pointing up in the image, its wrist below the optical
+    axis), the wearer's own way of reaching in: a wide-angle camera's hands are placed too far under
+    the focal-length prior. With calibrated intrinsics a fit's depth errs only by the hand-size prior,
+    so a hand twice arm's reach away is not the wearer's wherever it enters (nor, often, a hand at all:
+    a detection on a skin-coloured texture).
 
     Args:
         keypoints_cam: camera-frame keypoints, metres, `(N, 21, 3)` (scale only matters for `far_m`).
         keypoints_px: image keypoints, pixels, `(N, 21, 2)`.
         opts: settings.
+        calibrated: the fits used calibrated intrinsics (a calibration sidecar), not a focal prior.
 
     Returns:
         `(N,)` bool.
@@ -155,7 +159,7 @@ def bystander_evidence(
     arm_px = _unit(keypoints_px[:, 0] - keypoints_px[:, 9])
     from_top = (-arm_px[:, 1] > opts.min_up_component) & (wrist[:, 1] < 0.0)
     from_below = (arm_px[:, 1] >= 0.0) & (wrist[:, 1] > 0.0)
-    return facing | from_top | (far & ~from_below)
+    return facing | from_top | (far & (calibrated | ~from_below))
 
 
 def side_evidence(
@@ -255,6 +259,7 @@ def assign_identities(
     keypoints_px: np.ndarray,
     p_right: np.ndarray,
     opts: WearerOptions | None = None,
+    calibrated: bool = False,
 ) -> WearerAssignment:
     """Give every hand observation of an episode a track and an identity.
 
@@ -264,6 +269,7 @@ def assign_identities(
         keypoints_px: image keypoints, pixels, `(N, 21, 2)`.
         p_right: detector probability that the hand is a right hand, `(N,)`.
         opts: settings.
+        calibrated: the fits used calibrated intrinsics (see `bystander_evidence`).
 
     Returns:
         The assignment (see `WearerAssignment`).
@@ -280,7 +286,7 @@ def assign_identities(
     frames, cam, px, pr = frame_idx[order], keypoints_cam[order], keypoints_px[order], p_right[order]
     evidence = side_evidence(cam, px, pr, opts)
     track = _split_by_side(_link_tracks(frames, px, pr, opts), frames, evidence, opts)
-    bystander = bystander_evidence(cam, px, opts)
+    bystander = bystander_evidence(cam, px, opts, calibrated)
     labels = _label_tracks(track, frames, bystander, evidence, opts)
     identity = np.array([labels[int(t)] for t in track], dtype=object)
     switch = np.zeros(n, bool)

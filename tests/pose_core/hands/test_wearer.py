@@ -106,7 +106,7 @@ def test_a_bystander_arm_from_the_top_is_another_person(episode):
     assert all(name.startswith("other_") for name in result.identity[n:])
 
 
-def test_far_hands_entering_from_below_stay_the_wearers(episode):
+def test_far_hands_entering_from_below_stay_the_wearers_unless_the_camera_is_calibrated(episode):
     """Wide-angle footage under the focal prior places the wearer's hands too far: not a bystander."""
     frame_idx, kp_cam, kp_px, p_right, truth = _observations(episode, np.random.default_rng(2))
     far = kp_cam * (2.0 / np.linalg.norm(kp_cam[:, 0], axis=-1))[:, None, None]  # every wrist 2 m away
@@ -114,6 +114,9 @@ def test_far_hands_entering_from_below_stay_the_wearers(episode):
     assert below.mean() > 0.5
     result = assign_identities(frame_idx, far, kp_px, p_right)
     assert not np.char.startswith(result.identity.astype(str), "other").any()
+    # With calibrated intrinsics the depth is trusted: 2 m is beyond anyone's own reach.
+    result = assign_identities(frame_idx, far, kp_px, p_right, calibrated=True)
+    assert np.char.startswith(result.identity.astype(str), "other").all()
 
 
 def test_a_third_hand_beside_both_of_the_wearers_is_another_persons(episode):
