@@ -99,3 +99,19 @@ def test_image_mode_finds_the_same_hands(runs):
         assert agreement["kp_mean_px"] < 0.5
         hands += agreement["hands"]
     assert hands >= 2 * SAMPLES  # the samples do show hands (one in the hand video, two in the ego clips)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batches_padded_to_a_power_of_two_give_the_same_outputs(device):
+    """On CUDA every chunk is padded (so cuDNN sees few shapes); the padding never reaches the outputs."""
+    _, nets = _networks(device)
+    crops = np.random.default_rng(0).random((3, 224, 224, 3), dtype=np.float32)
+    squares = np.random.default_rng(1).random((5, 192, 192, 3), dtype=np.float32)
+    nets.pad_batches = False
+    exact = nets.landmarks(crops), nets.palms(squares)
+    nets.pad_batches = True
+    padded = nets.landmarks(crops), nets.palms(squares)
+    for a, b in zip(exact, padded, strict=True):
+        for name, value in vars(a).items():
+            assert value.shape == getattr(b, name).shape
+            np.testing.assert_allclose(value, getattr(b, name), rtol=1e-4, atol=1e-4, err_msg=name)
