@@ -89,9 +89,12 @@ class TorchHandNetworks:
         return [np.concatenate(column) for column in zip(*chunks, strict=True)]
 
     def _padded(self, chunk: np.ndarray) -> np.ndarray:
-        """`chunk` `(n, H, W, 3)` with zero images added up to the next power of two (at most `max_batch`)
-        when `pad_batches`: cuDNN builds its plans per input shape, about 1.5 s for the landmark model
-        on an H200, so a video's varying hand counts would pay that for every new batch size."""
+        """`chunk` `(n, H, W, 3)`, padded with zero images to a power of two when `pad_batches`.
+
+        At most `max_batch`. cuDNN builds its plans per input shape (over a second for the landmark
+        model on an H200: `bench.torch_shapes`), so a video's varying hand counts would pay that for
+        every new batch size.
+        """
         if not self.pad_batches:
             return chunk
         size = min(1 << (len(chunk) - 1).bit_length(), self.max_batch)
