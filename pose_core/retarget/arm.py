@@ -265,29 +265,19 @@ def _solved(emb: Embodiment, sol: IKSolution, ik: IKOptions) -> BoolArray:
     return (sol.position_error_m < ik.position_tol_m) & _within_reach(emb, sol)
 
 
-def _joint_margin(emb: Embodiment, q: FloatArray) -> FloatArray:
-    """Each row's smallest distance to a joint limit over that joint's range, ``(N, J)`` -> ``(N,)``."""
-    return np.min(np.minimum(q - emb.lower, emb.upper - q) / np.maximum(emb.upper - emb.lower, 1e-12), axis=1)
-
-
 def _solve_anywhere(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptions,
-                    near: FloatArray | None) -> tuple[FloatArray, bool]:
+                    near: FloatArray) -> tuple[FloatArray, bool]:
     """Joints ``(J,)`` for one target ``(4, 4)`` within the joint limits only, and whether they reach it.
 
-    A stuck arm (``near``: its current joints ``(J,)``) takes the solution from ``near`` if that is solved;
-    else ``near``, home and ``restarts`` random seeds are solved at once and of the solutions within reach
-    the one nearest to ``near`` is taken (a short way to go). The first step (``near`` None) solves home
-    and the random seeds and takes, of those within reach, the one farthest from every joint limit: the
-    steps after it follow from there, and an arm that starts folded against a limit (a Panda's elbow)
-    cannot turn its tool later. Without a solution within reach, the best one.
+    From ``near`` (joints ``(J,)``: home for the first step, the current joints for a stuck arm) if that is
+    solved; else ``near``, home and ``restarts`` random seeds at once: of the solutions within reach the
+    one nearest to ``near`` (a short way to go), else the best one.
     """
     one = (emb.lower[None], emb.upper[None])
     task = orientation_task(emb)
-    first_step = near is None
-    start = emb.home if near is None else near
-    sol = solve_pose_ik(emb.model, 0, tcp_target[None], start[None], one, opts.first_frame_ik, emb.home,
+    sol = solve_pose_ik(emb.model, 0, tcp_target[None], near[None], one, opts.first_frame_ik, emb.home,
                         emb.ee_from_tcp, orientation=task)
-    if not first_step and _solved(emb, sol, opts.first_frame_ik)[0]:
+    if _solved(emb, sol, opts.first_frame_ik)[0]:
         return sol.joint_positions[0], True
     rng = np.random.default_rng(opts.random_seed)
     lo, hi = np.maximum(emb.lower, -np.pi), np.minimum(emb.upper, np.pi)
@@ -298,11 +288,7 @@ def _solve_anywhere(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptio
                         opts.first_frame_ik, emb.home, emb.ee_from_tcp, orientation=task)
     reached = _within_reach(emb, sol)
     if np.any(reached):
-        q = sol.joint_positions
-        if first_step:
-            pick = int(np.argmax(np.where(reached, _joint_margin(emb, q), -np.inf)))
-        else:
-            pick = int(np.argmin(np.where(reached, np.linalg.norm(q - start, axis=1), np.inf)))
+        pick = int(np.argmin(np.where(reached, np.linalg.norm(sol.joint_positions - near, axis=1), np.inf)))
     else:
         pick = int(np.argmin(sol.position_error_m + emb.reach_position_tol_m * sol.orientation_error_rad))
     return sol.joint_positions[pick], bool(reached[pick])
@@ -400,7 +386,7 @@ def _ik_joints(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray, ts_s:
             goal = None
         return sol.joint_positions, _solved(emb, sol, opts.ik)
 
-    q_first = _solve_anywhere(emb, tcp_targets[first], opts, None)[0]
+    q_first = _solve_anywhere(emb, tcp_targets[first], opts, emb.home)[0]
     return solve_in_chunks(solve, q_first, first, valid, ts_s, emb, opts.chunk_frames)
 
 
