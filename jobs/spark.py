@@ -42,6 +42,13 @@ class SparkOptions:
     # master becomes local[N,task_max_failures] (local[N,F] keeps its F). 1: no retry. Sessions egolake
     # did not start (spark-submit, notebooks) keep their own setting.
     task_max_failures: int = 4
+    # Writable memory (MiB) each stage task's Python worker may fill (RLIMIT_DATA, udfs.memory): a unit
+    # that needs more fails alone with a MemoryError naming this bound, where the OOM killer would take
+    # the worker (or the host) and say nothing of which episode. Counts heap and arrays, not the address
+    # ranges torch, LiteRT and CUDA reserve (which is why Spark's spark.executor.pyspark.memory, an
+    # address-space cap, is not used). Per worker: a machine needs about (tasks at once) x this, plus
+    # the JVM. null: no bound.
+    python_worker_memory_mb: int | None = 8192
     app_name: str = "egolake"
     driver_memory: str = "4g"
     shuffle_partitions: int = 8
@@ -62,6 +69,10 @@ class SparkOptions:
     def __post_init__(self) -> None:
         if self.task_max_failures < 1:
             raise ValueError(f"spark.task_max_failures must be >= 1, got {self.task_max_failures}")
+        if self.python_worker_memory_mb is not None and self.python_worker_memory_mb < 256:
+            raise ValueError(
+                f"spark.python_worker_memory_mb must be >= 256 (or null), got {self.python_worker_memory_mb}"
+            )
         if self.delta_snapshot_partitions < 1:
             raise ValueError(
                 f"spark.delta_snapshot_partitions must be >= 1, got {self.delta_snapshot_partitions}"

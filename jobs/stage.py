@@ -30,6 +30,7 @@ from schemas.base import spark_schema
 from schemas.tables import RUNS
 from udfs.device import on_task_device
 from udfs.guard import ERROR_KIND, ROW_KIND, PairFn, guarded_map, guarded_pair, guarded_schema, run_unit
+from udfs.memory import with_memory_bound
 from udfs.multi_output import TABLE_COLUMN, union_schema
 
 __all__ = [
@@ -65,17 +66,20 @@ def _same_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a stage's tasks run: CPU-only (Spark's default profile) or each on a GPU (`profile`).
+    """Where and within what a stage's tasks run: CPU-only (Spark's default profile) or each on a GPU.
 
     Attributes:
         profile: the stage-level `ResourceProfile` of its tasks (a GPU amount and CPUs); None: the default.
+        memory_mb: the writable memory each task's Python worker may fill (`udfs.memory`); None: no bound.
     """
 
     profile: ResourceProfile | None = None
+    memory_mb: int | None = None
 
     def wrap(self, fn: F_) -> F_:
-        """A UDF function that, placed on a GPU, first enters its task's device (`udfs.device`)."""
-        return fn if self.profile is None else on_task_device(fn)  # type: ignore[return-value]
+        """A UDF function run within `memory_mb` that, placed on a GPU, first enters its task's device."""
+        bounded = with_memory_bound(fn, self.memory_mb)
+        return bounded if self.profile is None else on_task_device(bounded)  # type: ignore[return-value]
 
     def schedule(self, grouped: DataFrame) -> DataFrame:
         """The output of a grouped pandas UDF whose tasks run under `profile`.
@@ -319,7 +323,8 @@ def run_episode_stage(
 ) -> list[EpisodeOutcome]:
     """Run `stage` over its episodes in batches; returns every outcome (ok, failed, skipped)."""
     lineage = Lineage(ctx.run_id, stage.version, config_hash)
-    ctx = replace(ctx, placement=stage_placement(ctx.spark, ctx.cfg.gpu, stage.name))
+    placement = stage_placement(ctx.spark, ctx.cfg.gpu, stage.name)
+    ctx = replace(ctx, placement=replace(placement, memory_mb=ctx.cfg.spark.python_worker_memory_mb))
     todo, skip = select_episodes(stage, latest_runs(ctx.spark, ctx.layout), scope, config_hash, force)
     skipped = [EpisodeOutcome(e, "skipped", started=now(), finished=now()) for e in skip]
     record_runs(ctx, stage.name, lineage, skipped)

@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from udfs.memory import memory_bound_mb
+
 __all__ = [
     "DONE_KIND",
     "ERROR_KIND",
@@ -80,7 +82,7 @@ def run_unit(fn: UnitFn, unit: pd.DataFrame, columns: Sequence[str], key: str = 
         out = out.loc[:, list(columns)].copy()
         kind, message = ROW_KIND, None
     except Exception as exc:  # noqa: BLE001 - the single guard of DESIGN.md: the batch goes on
-        message = f"{type(exc).__name__}: {exc}"
+        message = _describe(exc)
         logger.warning("unit failed %s=%s error=%s", key, unit[key].iat[0], message)
         logger.debug("traceback: %s", traceback.format_exc())
         out, kind, message = None, ERROR_KIND, message[:2000]
@@ -97,6 +99,24 @@ def run_unit(fn: UnitFn, unit: pd.DataFrame, columns: Sequence[str], key: str = 
         time.perf_counter() - wall0, cpu_seconds() - cpu0,
     ]  # fmt: skip
     return out
+
+
+#: An allocation refused outside Python: torch's allocator, a failed mmap (ENOMEM).
+_OUT_OF_MEMORY = ("can't allocate memory", "Cannot allocate memory")
+#: What a thread whose stack cannot be mapped says (pthread_create's EAGAIN: FFmpeg's decoder threads).
+_NO_THREAD = "Resource temporarily unavailable"
+
+
+def _describe(exc: Exception) -> str:
+    """`Type: message`; for running out of memory, also the worker's bound (`udfs.memory`) when it has one."""
+    message = f"{type(exc).__name__}: {exc}"
+    bound = memory_bound_mb()
+    if bound is None:
+        return message
+    over = f"over this task's memory bound of {bound} MiB: spark.python_worker_memory_mb"
+    if isinstance(exc, MemoryError) or any(sign in message for sign in _OUT_OF_MEMORY):
+        return f"{message} ({over})"
+    return f"{message} (perhaps {over})" if _NO_THREAD in message else message
 
 
 def guarded_pair(fn: PairFn, columns: Sequence[str], key: str = "episode_id") -> PairFn:

@@ -85,3 +85,32 @@ def test_write_guarded_isolates_a_failing_episode(spark, tmp_path):
     table = read(spark, ctx.layout, schema)
     assert table.count() == 7
     assert table.where(F.col("run_id") == "run2").count() == 7
+
+
+@pytest.mark.spark
+def test_a_task_past_its_memory_bound_fails_its_episode_alone(spark):
+    """Real Python workers: the episode that reserves 6 GiB under a 3 GiB bound fails, naming the bound."""
+    import numpy as np
+    import pyarrow as pa
+
+    from jobs.stage import Placement, apply_per_episode, guarded_status
+    from schemas.base import TableSchema
+
+    fields = [pa.field("episode_id", pa.string(), False), pa.field("gib", pa.float64())]
+    table = TableSchema("toy", "1", ("episode_id", "gib"), "episode_id", pa.schema(fields))
+
+    def reserve(unit: pd.DataFrame) -> pd.DataFrame:
+        np.empty(int(unit["gib"].iat[0] * (1 << 30)), dtype=np.uint8)  # counted, never touched: no RAM used
+        return unit[["episode_id", "gib"]]
+
+    episodes = spark.createDataFrame(pd.DataFrame({"episode_id": ["big", "small"], "gib": [6.0, 0.25]}))
+    result = apply_per_episode(episodes, reserve, [table], Placement(memory_mb=3072))
+    status = guarded_status(result)
+    assert list(status.failures) == ["big"]
+    assert status.failures["big"].startswith("MemoryError: Unable to allocate 6.00 GiB")
+    assert "memory bound of 3072 MiB" in status.failures["big"]
+    ok = result.where("_row_kind = 'row'").toPandas()
+    assert ok["episode_id"].tolist() == ["small"]
+    # Unbounded, the same reservation succeeds: the bound, not the machine, failed it.
+    unbounded = guarded_status(apply_per_episode(episodes, reserve, [table], Placement()))
+    assert unbounded.failures == {}
