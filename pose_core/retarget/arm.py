@@ -12,10 +12,12 @@ Algorithm:
     follows the smoothed target, and the reachability flags and ``ee_error_*`` are against it;
     ``target_shift_m`` says how far smoothing moved it from the hand, and ``hand_error_m`` is the
     tool's distance to the hand's own (unsmoothed) target, the error a replay onto the hand sees.
-    The first valid step is solved from the home pose; if that fails, from it, home and
-    ``restarts`` random seeds at once, keeping the solution within reach nearest to home (else the
-    best). Later steps are solved in chunks of ``chunk_frames``: every step of a chunk starts from the
-    last solved step and is bounded by the joint limits and by the velocity box
+    The first valid step is solved from the home pose and from it, home and ``restarts`` random seeds
+    at once; of its distinct solutions within reach (``first_branches``: the solve from home if solved,
+    then the others nearest home first), the arm starts on the one that keeps the most steps within reach
+    over the next ``branch_lookahead_s`` seconds, each tracked as below (ties: the earlier; none within
+    reach: the best one). Later steps are solved in chunks of ``chunk_frames``: every step of a chunk
+    starts from the last solved step and is bounded by the joint limits and by the velocity box
     ``q_last +- v_max * (t - t_last)``, all in one batched DLS call; a step that does not converge, or
     that lies outside the speed box of the step before it (batched rows can settle on different
     null-space configurations), is solved again from the step before it, with a null-space posture task
@@ -76,6 +78,9 @@ FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 IntArray = NDArray[np.int64]
 
+#: ``(step indices (N,), seeds (N, J), (lower, upper) each (N, J)) -> (joints (N, J), converged (N,))``.
+BatchSolver = Callable[[IntArray, FloatArray, tuple[FloatArray, FloatArray]], tuple[FloatArray, BoolArray]]
+
 _UNIFORM_STEPS = 1e-6  # relative spread of the step periods accepted as one control rate
 
 
@@ -101,6 +106,15 @@ class RetargetOptions:
     # searched solution at this fraction of its speed limits; the rest of the speed box is left to the
     # position task, which holds the tool point on target meanwhile.
     reconfigure_speed_fraction: float = 0.5
+    # The first step's branch: of the distinct IK solutions within reach of the first valid step (from
+    # home, home again and the random restarts; at most this many), the arm starts on the one that keeps
+    # the most steps within reach over the next `branch_lookahead_s` seconds, tracked as the whole
+    # trajectory is (ties: the one nearest home). A 7-DoF arm's solution nearest home can be folded
+    # against a joint limit that the next steps run into. 1: the solution nearest home, no look-ahead.
+    first_branches: int = 4
+    branch_lookahead_s: float = 3.0
+    # Solutions closer than this in every joint (rad or m) are one branch.
+    branch_separation: float = 0.5
     # Seed of the random restarts (results are deterministic for a given seed).
     random_seed: int = 0
     # Target smoothing.
@@ -113,6 +127,9 @@ class RetargetOptions:
     placement_ik: IKOptions = field(default_factory=lambda: IKOptions(max_iters=60))
 
     def __post_init__(self) -> None:
+        if self.first_branches < 1 or self.branch_lookahead_s < 0.0:
+            raise ValueError("retarget.arm.first_branches must be >= 1 and branch_lookahead_s >= 0, got "
+                             f"{self.first_branches} and {self.branch_lookahead_s}")
         if not 0.0 < self.reconfigure_speed_fraction <= 1.0:
             raise ValueError("retarget.arm.reconfigure_speed_fraction must be in (0, 1], "
                              f"got {self.reconfigure_speed_fraction}")
@@ -265,27 +282,38 @@ def _solved(emb: Embodiment, sol: IKSolution, ik: IKOptions) -> BoolArray:
     return (sol.position_error_m < ik.position_tol_m) & _within_reach(emb, sol)
 
 
+def _from_near(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptions,
+               near: FloatArray) -> IKSolution:
+    """One solve of a target ``(4, 4)`` from joints ``near`` ``(J,)``, within the joint limits only."""
+    one = (emb.lower[None], emb.upper[None])
+    return solve_pose_ik(emb.model, 0, tcp_target[None], near[None], one, opts.first_frame_ik, emb.home,
+                         emb.ee_from_tcp, orientation=orientation_task(emb))
+
+
+def _from_anywhere(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptions,
+                   start: FloatArray) -> IKSolution:
+    """Solves of a target ``(4, 4)`` from ``start`` ``(J,)``, home and ``restarts`` random seeds at once."""
+    rng = np.random.default_rng(opts.random_seed)
+    lo, hi = np.maximum(emb.lower, -np.pi), np.minimum(emb.upper, np.pi)
+    randoms = rng.uniform(lo, hi, (opts.restarts, emb.model.num_joints))
+    seeds = np.vstack([start[None], emb.home[None], randoms])
+    bounds = (np.broadcast_to(emb.lower, seeds.shape), np.broadcast_to(emb.upper, seeds.shape))
+    return solve_pose_ik(emb.model, 0, np.broadcast_to(tcp_target, (len(seeds), 4, 4)), seeds, bounds,
+                         opts.first_frame_ik, emb.home, emb.ee_from_tcp, orientation=orientation_task(emb))
+
+
 def _solve_anywhere(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptions,
                     near: FloatArray) -> tuple[FloatArray, bool]:
     """Joints ``(J,)`` for one target ``(4, 4)`` within the joint limits only, and whether they reach it.
 
-    From ``near`` (joints ``(J,)``: home for the first step, the current joints for a stuck arm) if that is
-    solved; else ``near``, home and ``restarts`` random seeds at once: of the solutions within reach the
-    one nearest to ``near`` (a short way to go), else the best one.
+    From ``near`` (joints ``(J,)``: the current joints of a stuck arm) if that is solved; else ``near``,
+    home and ``restarts`` random seeds at once: of the solutions within reach the one nearest to
+    ``near`` (a short way to go), else the best one.
     """
-    one = (emb.lower[None], emb.upper[None])
-    task = orientation_task(emb)
-    sol = solve_pose_ik(emb.model, 0, tcp_target[None], near[None], one, opts.first_frame_ik, emb.home,
-                        emb.ee_from_tcp, orientation=task)
+    sol = _from_near(emb, tcp_target, opts, near)
     if _solved(emb, sol, opts.first_frame_ik)[0]:
         return sol.joint_positions[0], True
-    rng = np.random.default_rng(opts.random_seed)
-    lo, hi = np.maximum(emb.lower, -np.pi), np.minimum(emb.upper, np.pi)
-    seeds = np.vstack([sol.joint_positions, emb.home[None],
-                       rng.uniform(lo, hi, (opts.restarts, emb.model.num_joints))])
-    bounds = (np.broadcast_to(emb.lower, seeds.shape), np.broadcast_to(emb.upper, seeds.shape))
-    sol = solve_pose_ik(emb.model, 0, np.broadcast_to(tcp_target, (len(seeds), 4, 4)), seeds, bounds,
-                        opts.first_frame_ik, emb.home, emb.ee_from_tcp, orientation=task)
+    sol = _from_anywhere(emb, tcp_target, opts, sol.joint_positions[0])
     reached = _within_reach(emb, sol)
     if np.any(reached):
         pick = int(np.argmin(np.where(reached, np.linalg.norm(sol.joint_positions - near, axis=1), np.inf)))
@@ -294,9 +322,33 @@ def _solve_anywhere(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptio
     return sol.joint_positions[pick], bool(reached[pick])
 
 
+def _first_branches(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptions) -> FloatArray:
+    """Distinct starting joints for the first valid step ``(B, J)``, the no-look-ahead choice first.
+
+    That choice is the solve from home if it is solved, else the solution within reach nearest home
+    (else the best one, alone). The others are further solutions within reach (home, restarts), nearest
+    home first, each at least ``branch_separation`` from every one before it in some joint.
+    """
+    near = _from_near(emb, tcp_target, opts, emb.home)
+    wide = _from_anywhere(emb, tcp_target, opts, near.joint_positions[0])
+    reached = np.flatnonzero(_within_reach(emb, wide))
+    if not len(reached):
+        return _solve_anywhere(emb, tcp_target, opts, emb.home)[0][None]
+    home_distance = np.linalg.norm(wide.joint_positions[reached] - emb.home, axis=1)
+    ordered = list(wide.joint_positions[reached[np.argsort(home_distance, kind="stable")]])
+    if _solved(emb, near, opts.first_frame_ik)[0]:
+        ordered.insert(0, near.joint_positions[0])
+    branches: list[FloatArray] = []
+    for q in ordered:
+        if all(np.max(np.abs(q - b)) >= opts.branch_separation for b in branches):
+            branches.append(q)
+        if len(branches) == opts.first_branches:
+            break
+    return np.stack(branches)
+
+
 def solve_in_chunks(  # noqa: PLR0913 - the solver, its start and the limits
-    solve_batch: Callable[[IntArray, FloatArray, tuple[FloatArray, FloatArray]],
-                          tuple[FloatArray, BoolArray]],
+    solve_batch: BatchSolver,
     q_first: FloatArray,
     first: int,
     valid: BoolArray,
@@ -347,10 +399,31 @@ def solve_in_chunks(  # noqa: PLR0913 - the solver, its start and the limits
     return rate_limit(q, ts_s, emb.velocity, (emb.lower, emb.upper))
 
 
-def _ik_joints(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray, ts_s: FloatArray,
-               opts: RetargetOptions) -> FloatArray:
-    """The IK's joints per step ``(F, J)``, within joint and speed limits (see the module's Algorithm)."""
-    first = int(np.argmax(valid))
+def _tool_errors(emb: Embodiment, q: FloatArray, tcp_targets: FloatArray) -> tuple[
+        FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """The tool poses joints ``(F, J)`` reach ``(F, 4, 4)``, and their errors to the kept targets ``(F,)``.
+
+    Returns:
+        ``(base_from_tcp, position m, rotation rad, approach rad, closing rad)``; NaN where a target is.
+    """
+    poses = emb.model.forward(q)
+    base_from_tcp = poses[:, 0] @ emb.ee_from_tcp
+    kept = orientation_task(emb)(poses, base_from_tcp, tcp_targets)[0]
+    e_p, e_r = pose_errors(base_from_tcp, kept)
+    approach, closing = axis_errors(emb.orientation, base_from_tcp, kept)
+    return base_from_tcp, np.linalg.norm(e_p, axis=1), np.linalg.norm(e_r, axis=1), approach, closing
+
+
+def _reached(emb: Embodiment, q: FloatArray, tcp_targets: FloatArray, valid: BoolArray) -> BoolArray:
+    """Valid steps ``(F,)`` whose tool at joints ``(F, J)`` is within the profile's tolerances."""
+    _, err_m, _, approach, closing = _tool_errors(emb, q, tcp_targets)
+    return (valid & (err_m <= emb.reach_position_tol_m) & (approach <= emb.orientation.approach_tol_rad)
+            & (closing <= emb.orientation.closing_tol_rad))
+
+
+def _step_solver(emb: Embodiment, tcp_targets: FloatArray, ts_s: FloatArray,
+                 opts: RetargetOptions) -> BatchSolver:
+    """A fresh `solve_in_chunks` solver of one trajectory: batched warm-started IK, a stuck arm's search."""
     next_search_s = -np.inf
     goal: FloatArray | None = None  # where a stuck arm is heading (the last search's solution)
     task = orientation_task(emb)
@@ -386,8 +459,25 @@ def _ik_joints(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray, ts_s:
             goal = None
         return sol.joint_positions, _solved(emb, sol, opts.ik)
 
-    q_first = _solve_anywhere(emb, tcp_targets[first], opts, emb.home)[0]
-    return solve_in_chunks(solve, q_first, first, valid, ts_s, emb, opts.chunk_frames)
+    return solve
+
+
+def _ik_joints(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray, ts_s: FloatArray,
+               opts: RetargetOptions) -> FloatArray:
+    """The IK's joints per step ``(F, J)``, within joint and speed limits (see the module's Algorithm)."""
+    first = int(np.argmax(valid))
+    branches = _first_branches(emb, tcp_targets[first], opts)
+    q_first = branches[0]
+    if len(branches) > 1:
+        end = int(np.searchsorted(ts_s, ts_s[first] + opts.branch_lookahead_s, side="right"))
+        ahead = [solve_in_chunks(_step_solver(emb, tcp_targets, ts_s, opts), q, first, valid[:end],
+                                 ts_s[:end], emb, opts.chunk_frames) for q in branches]
+        kept = [int(_reached(emb, q[first:], tcp_targets[first:end], valid[first:end]).sum()) for q in ahead]
+        q_first = branches[int(np.argmax(kept))]  # the first of the best: the no-look-ahead choice on a tie
+        logger.debug("%s: first-step branches keep %s of %d steps within reach", emb.name, kept,
+                     int(valid[first:end].sum()))
+    return solve_in_chunks(_step_solver(emb, tcp_targets, ts_s, opts), q_first, first, valid, ts_s, emb,
+                           opts.chunk_frames)
 
 
 def _residuals(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray) -> Residuals:
@@ -468,14 +558,8 @@ def retarget_wrist_trajectory(  # noqa: PLR0913 - the trajectory, its timing and
         q_ik = _ik_joints(emb, tcp_targets, valid, ts_s, opts)
         q = fit_trajectory(_residuals(emb, tcp_targets, valid), q_ik, dt, (emb.lower, emb.upper),
                            emb.velocity, emb.acceleration, opts.trajectory)
-    poses = emb.model.forward(q)
-    base_from_tcp = poses[:, 0] @ emb.ee_from_tcp
-    kept = orientation_task(emb)(poses, base_from_tcp, tcp_targets)[0]
-    e_p, e_r = pose_errors(base_from_tcp, kept)
-    err_m, err_rad = np.linalg.norm(e_p, axis=1), np.linalg.norm(e_r, axis=1)
-    approach, closing = axis_errors(emb.orientation, base_from_tcp, kept)
-    reachable = (valid & (err_m <= emb.reach_position_tol_m) & (approach <= emb.orientation.approach_tol_rad)
-                 & (closing <= emb.orientation.closing_tol_rad))
+    base_from_tcp, err_m, err_rad, approach, closing = _tool_errors(emb, q, tcp_targets)
+    reachable = _reached(emb, q, tcp_targets, valid)
     limit, speed, accel = joint_violations(q, dt, (emb.lower, emb.upper), emb.velocity, emb.acceleration)
     logger.debug("%s: %d steps, %d with a hand, %d reachable", emb.name, frames, int(valid.sum()),
                  int(reachable.sum()))
