@@ -15,9 +15,10 @@ Algorithm:
     The first valid step is solved from the home pose and from it, home and ``restarts`` random seeds
     at once; of its distinct solutions within reach (``first_branches``: the solve from home if solved,
     then the others nearest home first), the arm starts on the one that keeps the most steps within reach
-    over the next ``branch_lookahead_s`` seconds, each tracked as below (ties: the earlier; none within
-    reach: the best one). Later steps are solved in chunks of ``chunk_frames``: every step of a chunk
-    starts from the last solved step and is bounded by the joint limits and by the velocity box
+    over the next ``branch_lookahead_s`` seconds, each tracked as below (ties: the earlier, so the others
+    are tracked only when the first misses a step; none within reach: the best one). Later steps are
+    solved in chunks of ``chunk_frames``: every step of a chunk starts from the last solved step and is
+    bounded by the joint limits and by the velocity box
     ``q_last +- v_max * (t - t_last)``, all in one batched DLS call; a step that does not converge, or
     that lies outside the speed box of the step before it (batched rows can settle on different
     null-space configurations), is solved again from the step before it, with a null-space posture task
@@ -470,12 +471,16 @@ def _ik_joints(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray, ts_s:
     q_first = branches[0]
     if len(branches) > 1:
         end = int(np.searchsorted(ts_s, ts_s[first] + opts.branch_lookahead_s, side="right"))
-        ahead = [solve_in_chunks(_step_solver(emb, tcp_targets, ts_s, opts), q, first, valid[:end],
-                                 ts_s[:end], emb, opts.chunk_frames) for q in branches]
-        kept = [int(_reached(emb, q[first:], tcp_targets[first:end], valid[first:end]).sum()) for q in ahead]
-        q_first = branches[int(np.argmax(kept))]  # the first of the best: the no-look-ahead choice on a tie
-        logger.debug("%s: first-step branches keep %s of %d steps within reach", emb.name, kept,
-                     int(valid[first:end].sum()))
+        steps = int(valid[first:end].sum())
+        kept: list[int] = []
+        for q in branches:  # the first of the best wins, so the others are tried only when the first misses
+            ahead = solve_in_chunks(_step_solver(emb, tcp_targets, ts_s, opts), q, first, valid[:end],
+                                    ts_s[:end], emb, opts.chunk_frames)
+            kept.append(int(_reached(emb, ahead[first:], tcp_targets[first:end], valid[first:end]).sum()))
+            if kept[0] == steps:
+                break
+        q_first = branches[int(np.argmax(kept))]
+        logger.debug("%s: first-step branches keep %s of %d steps within reach", emb.name, kept, steps)
     return solve_in_chunks(_step_solver(emb, tcp_targets, ts_s, opts), q_first, first, valid, ts_s, emb,
                            opts.chunk_frames)
 
