@@ -20,8 +20,9 @@ no QP library); a step that lowers the true cost is taken and the damping divide
 damping is multiplied by 4. That QP converges slowly (the tool rows are far stiffer than the limits),
 so its result is then projected onto the limits joint by joint (`project_to_limits`: the nearest
 joints in the least-squares sense, a well-conditioned QP the same ADMM solves to the margin in a few
-hundred iterations); last, positions and speeds are clipped exactly. Accelerations hold up to the
-projection's residual, which the fit keeps inside a margin (``margin``) of the limits.
+hundred iterations); last, each step is clipped in time order into its speed and acceleration boxes
+and the joint limits, which moves it by the projection's residual at most (the fit keeps inside a
+margin, ``margin``, of the limits).
 """
 
 from __future__ import annotations
@@ -148,8 +149,10 @@ def project_to_limits(  # noqa: PLR0913 - the joints and their limits
 ) -> FloatArray:
     """The joints nearest to ``q (F, J)`` (least squares, joint by joint) within the limits.
 
-    Exact but for accelerations, which hold within ADMM's residual inside ``opts.margin``: another round
-    of ``projection_iterations`` runs (warm) while a joint still breaks its limits (at most 5).
+    ADMM holds the limits up to its residual, inside ``opts.margin`` (another round of
+    ``projection_iterations`` runs, warm, while a joint still breaks its limits, at most 5); last, each
+    step is clipped in time order into its speed and acceleration boxes and the joint limits, so all
+    three hold exactly unless a joint reaches its limit faster than it can brake.
 
     Args:
         q: joints ``(F, J)``.
@@ -160,7 +163,7 @@ def project_to_limits(  # noqa: PLR0913 - the joints and their limits
         opts: margin and iterations.
 
     Returns:
-        ``(F, J)`` within the joint and speed limits exactly.
+        ``(F, J)`` within the joint limits exactly, speed and acceleration limits as above.
     """
     q = np.asarray(q, np.float64)
     frames, joints = q.shape
@@ -182,10 +185,26 @@ def project_to_limits(  # noqa: PLR0913 - the joints and their limits
                     break
             columns.append(x)
         q = np.stack(columns, axis=1)
-    q = np.clip(q, lower, upper)
-    for k in range(1, frames):  # exact speeds (a no-op where ADMM converged inside the margin)
-        q[k] = np.clip(q[k], q[k - 1] - velocity * dt, q[k - 1] + velocity * dt)
-    return np.clip(q, lower, upper)
+    return _clip_forward(np.clip(q, lower, upper), dt, (lower, upper), velocity, acceleration)
+
+
+def _clip_forward(q: FloatArray, dt: float, bounds: tuple[FloatArray, FloatArray], velocity: FloatArray,
+                  acceleration: FloatArray) -> FloatArray:
+    """Each step ``(F, J)`` clipped, in time order, into its speed and acceleration boxes, then the limits.
+
+    A no-op where ADMM converged inside the margin; elsewhere it moves a step by ADMM's residual. The
+    acceleration box (around the constant-velocity prediction) always meets the speed box; where it
+    leaves the joint limits (a joint arriving at its limit too fast) the limit wins.
+    """
+    q = q.copy()
+    step, turn = velocity * dt, np.where(np.isfinite(acceleration), acceleration, np.inf) * dt * dt
+    for k in range(1, len(q)):
+        lo, hi = q[k - 1] - step, q[k - 1] + step
+        if k >= 2:
+            predicted = 2.0 * q[k - 1] - q[k - 2]
+            lo, hi = np.maximum(lo, predicted - turn), np.minimum(hi, predicted + turn)
+        q[k] = np.clip(np.clip(q[k], lo, hi), *bounds)
+    return q
 
 
 def _cost(residuals: Residuals, q: FloatArray, q_ik: FloatArray, opts: TrajectoryOptions) -> float:
@@ -216,8 +235,8 @@ def fit_trajectory(  # noqa: PLR0913 - the residuals, the start and the limits
         opts: iterations, weights and margin.
 
     Returns:
-        ``q (F, J)``: within the joint limits and speed limits exactly, accelerations within the projection's
-        residual (inside the margin).
+        ``q (F, J)``: within the joint, speed and acceleration limits exactly, but where a joint reaches
+        its limit faster than it can brake (`project_to_limits`).
 
     Raises:
         ShapeError: if ``q_ik`` is not ``(F, J)`` with ``J`` the limits' length.

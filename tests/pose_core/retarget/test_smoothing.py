@@ -116,3 +116,12 @@ class TestTrajectoryFit:
                                 TrajectoryOptions())
         _limits_hold(out, self.bounds, self.velocity, self.acceleration)
         assert abs(out[0, 0]) < 0.05 and abs(out[-1, 0] - 0.8) < 0.05
+
+    def test_accelerations_hold_exactly_where_the_projection_stops_short(self) -> None:
+        """Without the margin ADMM's residual broke 3 accelerations of this path; the last pass holds them."""
+        rng = np.random.default_rng(0)
+        for _ in range(3):
+            path = np.clip(0.2 * rng.normal(scale=0.5, size=(200, 2)).cumsum(0), -0.95, 0.95)
+        out = project_to_limits(path, 1.0 / FPS, self.bounds, self.velocity, self.acceleration,
+                                TrajectoryOptions(margin=0.0))
+        _limits_hold(out, self.bounds, self.velocity, self.acceleration)
