@@ -21,8 +21,8 @@ damping is multiplied by 4. That QP converges slowly (the tool rows are far stif
 so its result is then projected onto the limits joint by joint (`project_to_limits`: the nearest
 joints in the least-squares sense, a well-conditioned QP the same ADMM solves to the margin in a few
 hundred iterations); last, each step is clipped in time order into its speed and acceleration boxes
-and the joint limits, which moves it by the projection's residual at most (the fit keeps inside a
-margin, ``margin``, of the limits).
+and a braking box (it can still stop before its joint limits), which moves it by about the
+projection's residual (the fit keeps inside a margin, ``margin``, of the limits).
 """
 
 from __future__ import annotations
@@ -151,8 +151,8 @@ def project_to_limits(  # noqa: PLR0913 - the joints and their limits
 
     ADMM holds the limits up to its residual, inside ``opts.margin`` (another round of
     ``projection_iterations`` runs, warm, while a joint still breaks its limits, at most 5); last, each
-    step is clipped in time order into its speed and acceleration boxes and the joint limits, so all
-    three hold exactly unless a joint reaches its limit faster than it can brake.
+    step is clipped in time order into its speed and acceleration boxes and a braking box that keeps it
+    able to stop before its joint limits, so all three limits hold exactly.
 
     Args:
         q: joints ``(F, J)``.
@@ -163,7 +163,7 @@ def project_to_limits(  # noqa: PLR0913 - the joints and their limits
         opts: margin and iterations.
 
     Returns:
-        ``(F, J)`` within the joint limits exactly, speed and acceleration limits as above.
+        ``(F, J)`` within the joint, speed and acceleration limits exactly.
     """
     q = np.asarray(q, np.float64)
     frames, joints = q.shape
@@ -188,22 +188,41 @@ def project_to_limits(  # noqa: PLR0913 - the joints and their limits
     return _clip_forward(np.clip(q, lower, upper), dt, (lower, upper), velocity, acceleration)
 
 
+def _braking_step(room: FloatArray, turn: FloatArray) -> FloatArray:
+    """The largest step ``s`` towards a limit ``room`` away after which the joint can still stop before it.
+
+    Braking by at most ``turn`` per step, the steps ``s, s - turn, s - 2 turn, ...`` (while positive)
+    must add up to no more than ``room``: with ``n`` whole decrements that sum is
+    ``(n + 1) s - turn n (n + 1) / 2``, so ``n`` is the largest with ``turn n (n + 1) / 2 <= room`` and
+    ``s = room / (n + 1) + turn n / 2``.
+    All arrays ``(J,)``; ``turn`` inf (no acceleration limit) gives ``room``.
+    """
+    room = np.maximum(room, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        n = np.floor((np.sqrt(1.0 + 8.0 * room / turn) - 1.0) / 2.0)
+        step = room / (n + 1.0) + turn * n / 2.0
+    return np.where(np.isfinite(turn), step, room)
+
+
 def _clip_forward(q: FloatArray, dt: float, bounds: tuple[FloatArray, FloatArray], velocity: FloatArray,
                   acceleration: FloatArray) -> FloatArray:
-    """Each step ``(F, J)`` clipped, in time order, into its speed and acceleration boxes, then the limits.
+    """Each step ``(F, J)`` clipped, in time order, into its speed, acceleration and braking boxes.
 
-    A no-op where ADMM converged inside the margin; elsewhere it moves a step by ADMM's residual. The
-    acceleration box (around the constant-velocity prediction) always meets the speed box; where it
-    leaves the joint limits (a joint arriving at its limit too fast) the limit wins.
+    A no-op where ADMM converged inside the margin; elsewhere it moves a step by about ADMM's residual.
+    The braking box keeps every step one from which the joint can stop before its limits
+    (`_braking_step`), so the acceleration box (around the constant-velocity prediction) always meets
+    it: joint, speed and acceleration limits all hold exactly.
     """
     q = q.copy()
+    lower, upper = bounds
     step, turn = velocity * dt, np.where(np.isfinite(acceleration), acceleration, np.inf) * dt * dt
     for k in range(1, len(q)):
-        lo, hi = q[k - 1] - step, q[k - 1] + step
+        lo = np.maximum(q[k - 1] - step, q[k - 1] - _braking_step(q[k - 1] - lower, turn))
+        hi = np.minimum(q[k - 1] + step, q[k - 1] + _braking_step(upper - q[k - 1], turn))
         if k >= 2:
             predicted = 2.0 * q[k - 1] - q[k - 2]
             lo, hi = np.maximum(lo, predicted - turn), np.minimum(hi, predicted + turn)
-        q[k] = np.clip(np.clip(q[k], lo, hi), *bounds)
+        q[k] = np.clip(q[k], lo, np.maximum(lo, hi))
     return q
 
 
@@ -235,8 +254,7 @@ def fit_trajectory(  # noqa: PLR0913 - the residuals, the start and the limits
         opts: iterations, weights and margin.
 
     Returns:
-        ``q (F, J)``: within the joint, speed and acceleration limits exactly, but where a joint reaches
-        its limit faster than it can brake (`project_to_limits`).
+        ``q (F, J)``: within the joint, speed and acceleration limits exactly (`project_to_limits`).
 
     Raises:
         ShapeError: if ``q_ik`` is not ``(F, J)`` with ``J`` the limits' length.

@@ -125,3 +125,11 @@ class TestTrajectoryFit:
         out = project_to_limits(path, 1.0 / FPS, self.bounds, self.velocity, self.acceleration,
                                 TrajectoryOptions(margin=0.0))
         _limits_hold(out, self.bounds, self.velocity, self.acceleration)
+
+    def test_a_joint_heading_into_its_limit_at_full_speed_brakes_in_time(self) -> None:
+        """The elbow of the pipeline's synth_table_3 Panda arrived at its limit 0.2 % too fast to stop."""
+        t = np.arange(90) / FPS
+        path = np.stack([np.minimum(-0.5 + 2.0 * t, 1.0), np.zeros_like(t)], axis=1)  # into +1 at 2 rad/s
+        out = project_to_limits(path, 1.0 / FPS, self.bounds, self.velocity, self.acceleration,
+                                TrajectoryOptions(margin=0.0))
+        _limits_hold(out, self.bounds, self.velocity, self.acceleration)
