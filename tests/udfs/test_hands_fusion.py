@@ -136,6 +136,7 @@ def test_imu_makes_map_units_metric(episode, tmp_path):
     assert (off["scale_source"] == "none").all()
 
 
+@pytest.mark.slow
 def test_the_hands_on_the_table_make_a_monocular_map_metric(episode):
     """No IMU, no stereo: the map (units of 25 cm) and the wearer's hands on the table give the scale."""
     rng = np.random.default_rng(5)

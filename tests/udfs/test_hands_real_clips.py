@@ -41,6 +41,7 @@ def test_label_files_are_consistent(name):
     assert not (positioned.any(axis=2) & ~labels.visible).any()  # no position for a hand not seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", EGO_CLIPS)
 def test_wearer_hands_on_real_ego_clips(name):
     _models_or_skip()

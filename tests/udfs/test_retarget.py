@@ -125,6 +125,7 @@ def test_reachable_hands_meet_the_issue_numbers(name: str, opts: RetargetStageOp
     assert row.limit_violations == row.speed_violations == row.acceleration_violations == 0
 
 
+@pytest.mark.slow
 def test_unreachable_stretch_is_flagged(opts: RetargetStageOptions) -> None:
     (emb,) = load_embodiments(["panda"], opts)
     _, q = joint_trajectory(emb, FRAMES, 2)

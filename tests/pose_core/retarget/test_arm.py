@@ -147,6 +147,7 @@ class TestFirstBranch:
         wave = np.sin(2 * np.pi * freq * ts[:, None] + phase) - np.sin(phase)
         return ts, np.clip(start + amp * wave, lo, hi)
 
+    @pytest.mark.slow
     def test_the_start_that_keeps_the_path_within_reach_is_taken(self, shared_data: Path) -> None:
         """Panda paths made by the arm itself: the look-ahead follows every one; starting from the
         solution nearest home (no look-ahead), the arm folds against a limit on two of them and loses
