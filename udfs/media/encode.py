@@ -114,7 +114,7 @@ class VideoWriter:
             raise ValueError(f"frame {self.count} at {ts_s} s is not after the previous frame")
         video_frame = _video_frame(frame, self.opts)
         video_frame.pts, video_frame.time_base = pts, time_base
-        for packet in self._stream.encode(video_frame):
+        for packet in _encode(self._stream, video_frame):
             self._container.mux(packet)
         self._last_pts = pts
         self.count += 1
@@ -126,7 +126,7 @@ class VideoWriter:
             ValueError: if no frame was written (an empty video is never left behind).
         """
         if self._stream is not None:
-            for packet in self._stream.encode(None):
+            for packet in _encode(self._stream, None):
                 self._container.mux(packet)
         self._container.close()
         if self._stream is None:
@@ -212,6 +212,21 @@ def _open_stream(
         stream.codec_context.gop_size = opts.gop_size
     stream.options = options
     return stream
+
+
+def _encode(stream: av.VideoStream, frame: av.VideoFrame | None) -> list[av.Packet]:
+    """`stream.encode(frame)` (None flushes), leaving the calling thread's scheduling as it was.
+
+    SVT-AV1 (`libsvtav1`, v4.1), when the process may (root), switches the thread that opens it to
+    real-time SCHED_FIFO priority 99 and leaves it so: a Spark worker that exported once would then
+    starve every other thread of its core whenever it computes. Two syscalls per frame put it back.
+    """
+    policy, priority = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+    try:
+        return stream.encode(frame)
+    finally:
+        if os.sched_getscheduler(0) != policy or os.sched_getparam(0).sched_priority != priority:
+            os.sched_setscheduler(0, policy, os.sched_param(priority))
 
 
 def _video_frame(frame: NDArray[np.uint8], opts: EncodeOptions) -> av.VideoFrame:
