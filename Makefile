@@ -6,6 +6,8 @@ PY          := $(VENV)/bin/python
 EGOLAKE_HOME ?= $(HOME)/.cache/egolake
 JARS        := $(EGOLAKE_HOME)/jars
 DEMO_OUT    ?= demo_out
+# pytest-xdist workers for make test / test-fast; each Spark-using worker starts its own JVM (~2.5 GB).
+TEST_WORKERS ?= 2
 # lerobot (consumer of the datasets: load test, export benchmark) in its own venv; see conf/lerobot-requirements.txt.
 LEROBOT_VENV ?= .venv-lerobot
 export EGOLAKE_LEROBOT_PYTHON ?= $(abspath $(LEROBOT_VENV))/bin/python
@@ -53,13 +55,13 @@ $(JARS)/.done: conf/jars/pom.xml
 demo: setup
 	$(PY) -m jobs.cli demo $(DEMO_OUT)
 
-## test: the whole suite (CPU only; GPU tests skip without a device).
+## test: the whole suite (CPU only; GPU tests skip without a device), on $(TEST_WORKERS) workers.
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 ## test-fast: everything that needs no Spark and is not marked slow (the heaviest CPU tests).
 test-fast: setup
-	$(PY) -m pytest -q -m "not spark and not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not spark and not slow"
 
 ## bench: benchmarks (CPU here; see bench/README.md), results with command, machine and date in bench/results/.
 bench: setup

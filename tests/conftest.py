@@ -6,6 +6,7 @@ The shared runs are read-only: a test that re-runs stages or adds episodes works
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -86,3 +87,30 @@ def demo_run(spark, tmp_path_factory) -> tuple[str, object, object]:
     out = str(tmp_path_factory.mktemp("demo"))
     cfg = replace(load_config([], []), embodiments=DEMO_EMBODIMENTS)  # as `egolake demo` runs it
     return out, cfg, run_demo(spark, cfg, out)
+
+
+SHARED_RUNS = ("demo_run", "corpus_run")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """How `make test` (`pytest -n N`) shares tests among workers: a module's tests stay on one worker (its
+    module fixtures are built once), and so do all modules that use one of the shared pipeline runs
+    (`SHARED_RUNS`: minutes of CPU, built once per worker that asks for one). The controller does not
+    collect, so a module's run is read from its source: the fixture's name in it."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = config.rootpath
+
+    class ModuleOrSharedRun(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(root, nodeid.split("::", maxsplit=1)[0])
+
+    return ModuleOrSharedRun(config, log)
+
+
+@functools.cache
+def _scope(root: Path, module: str) -> str:
+    """The shared run `module` uses (by name), else the module itself."""
+    text = (root / module).read_text(encoding="utf-8")
+    return next((run for run in SHARED_RUNS if run in text), module)

@@ -19,6 +19,8 @@ import av
 import cv2
 import numpy as np
 
+from udfs.media.encode import encode_packets
+
 __all__ = ["AV1_ENCODERS", "VFR_DURATIONS_MS", "make_corpus", "textured_frames"]
 
 logger = logging.getLogger(__name__)
@@ -69,8 +71,8 @@ def encode_clip(
             if durations_ms:
                 frame.pts, frame.time_base = t_ms, millis
                 t_ms += durations_ms[i % len(durations_ms)]
-            container.mux(stream.encode(frame))
-        container.mux(stream.encode())
+            container.mux(encode_packets(stream, frame))
+        container.mux(encode_packets(stream, None))
         if sound is not None:
             _add_audio(container, sound, seconds=len(frames) / 30)
 

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from pose_core.errors import ShapeError
 
-__all__ = ["EncodeOptions", "VideoWriter", "write_video"]
+__all__ = ["EncodeOptions", "VideoWriter", "encode_packets", "write_video"]
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class VideoWriter:
             raise ValueError(f"frame {self.count} at {ts_s} s is not after the previous frame")
         video_frame = _video_frame(frame, self.opts)
         video_frame.pts, video_frame.time_base = pts, time_base
-        for packet in _encode(self._stream, video_frame):
+        for packet in encode_packets(self._stream, video_frame):
             self._container.mux(packet)
         self._last_pts = pts
         self.count += 1
@@ -126,7 +126,7 @@ class VideoWriter:
             ValueError: if no frame was written (an empty video is never left behind).
         """
         if self._stream is not None:
-            for packet in _encode(self._stream, None):
+            for packet in encode_packets(self._stream, None):
                 self._container.mux(packet)
         self._container.close()
         if self._stream is None:
@@ -214,7 +214,7 @@ def _open_stream(
     return stream
 
 
-def _encode(stream: av.VideoStream, frame: av.VideoFrame | None) -> list[av.Packet]:
+def encode_packets(stream: av.VideoStream, frame: av.VideoFrame | None) -> list[av.Packet]:
     """`stream.encode(frame)` (None flushes), leaving the calling thread's scheduling as it was.
 
     SVT-AV1 (`libsvtav1`, v4.1), when the process may (root), switches the thread that opens it to
