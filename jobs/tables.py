@@ -11,6 +11,15 @@ given keys, an append of rows not yet committed), so `write` and `append` retry 
 exponential backoff (`CONFLICT_RETRIES`); the retry sees the table as it now is (it exists, so a first
 write becomes a replace of its keys).
 
+That optimism needs a log store whose commit is an atomic put-if-absent. On a local (or mounted) file
+system Delta's `HDFSLogStore` checks that the version's file is absent and then renames its own onto it,
+and a rename there replaces the target: the check and the rename are atomic only within one JVM. Two runs
+committing one table's next version at once could both succeed, the later file replacing the earlier:
+one run's commit lost without an error, or a log that no longer reads (seen as a checksum error in CI).
+So each commit holds an exclusive `flock` on `OUTPUT/tables/.<table>.commit.lock` (`_commit_lock`);
+the stage's work is done before it (`jobs.stage.write_guarded` persists its result), so runs still
+work at once and only their commits of one table take turns.
+
 A table whose stored columns differ from the schema's (an OUTPUT written by an egolake before a column
 was renamed) is refused with `TableColumnsChangedError`, naming the table and the columns, before anything
 is written.
@@ -22,11 +31,13 @@ table's path (`jobs.disk.no_space`), not Spark's page of Java stack; nothing ret
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from py4j.protocol import Py4JJavaError
@@ -220,7 +231,8 @@ def _retry_conflicts(commit: Callable[[], None], table: str, path: str) -> None:
     )  # fmt: skip
     for attempt in range(CONFLICT_RETRIES + 1):
         try:
-            commit()
+            with _commit_lock(path):
+                commit()
             return
         except conflicts as exc:
             if attempt == CONFLICT_RETRIES:
@@ -233,6 +245,32 @@ def _retry_conflicts(commit: Callable[[], None], table: str, path: str) -> None:
             if NO_SPACE in str(exc):  # an IOException of a task or of the log, under Spark's wrapping
                 raise no_space(f"writing table {table}", path) from exc
             raise
+
+
+@contextlib.contextmanager
+def _commit_lock(path: str) -> Iterator[None]:
+    """Hold an exclusive lock for one commit to the table at `path` (see the module doc), across processes.
+
+    The lock file stays (a hidden file beside the table: Delta never reads it); the kernel releases the
+    lock when its holder dies, so a killed run never blocks the next. Where the file system has no
+    locks, or the lock file cannot be made (a full disk), the commit goes ahead unlocked, with a warning.
+    """
+    folder, name = os.path.split(path)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(os.path.join(folder, f".{name}.commit.lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError as exc:  # a full disk: the commit itself then fails with its clear error
+        logger.warning("commit lock not made table=%s error=%s", path, exc)
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            logger.warning("commit lock not taken table=%s error=%s: runs at once may lose one", path, exc)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def register_all(spark: SparkSession, layout: Layout) -> list[str]:

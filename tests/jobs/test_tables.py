@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from schemas.tables import QUARANTINE
 
+REPO = Path(__file__).resolve().parents[2]
 
-def test_a_conflict_is_retried_and_other_errors_are_not(monkeypatch: pytest.MonkeyPatch) -> None:
+
+def test_a_conflict_is_retried_and_other_errors_are_not(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     pytest.importorskip("delta")
     from delta.exceptions import ProtocolChangedException
     from pyspark.errors import PySparkException
@@ -17,6 +26,7 @@ def test_a_conflict_is_retried_and_other_errors_are_not(monkeypatch: pytest.Monk
     from jobs import tables
 
     monkeypatch.setattr(tables, "_BACKOFF_S", 0.0)
+    path = str(tmp_path / "tables" / "t")
     calls = []
 
     def flaky() -> None:
@@ -24,7 +34,7 @@ def test_a_conflict_is_retried_and_other_errors_are_not(monkeypatch: pytest.Monk
         if len(calls) < 3:
             raise ProtocolChangedException(message="a concurrent writer created the table")
 
-    tables._retry_conflicts(flaky, "t", "/out/tables/t")
+    tables._retry_conflicts(flaky, "t", path)
     assert len(calls) == 3
 
     def broken() -> None:
@@ -33,23 +43,60 @@ def test_a_conflict_is_retried_and_other_errors_are_not(monkeypatch: pytest.Monk
 
     calls.clear()
     with pytest.raises(ValueError, match="not a conflict"):
-        tables._retry_conflicts(broken, "t", "/out/tables/t")
+        tables._retry_conflicts(broken, "t", path)
     assert len(calls) == 1
 
     def always() -> None:
         raise ProtocolChangedException(message="still")
 
     with pytest.raises(ProtocolChangedException):
-        tables._retry_conflicts(always, "t", "/out/tables/t")
+        tables._retry_conflicts(always, "t", path)
 
     def full() -> None:
         calls.append(1)
         raise PySparkException(message="Task failed: java.io.IOException: No space left on device")
 
     calls.clear()
-    with pytest.raises(OSError, match=r"no space left on device writing table t at /out/tables/t: nothing"):
-        tables._retry_conflicts(full, "t", "/out/tables/t")
+    message = f"no space left on device writing table t at {path}: nothing"
+    with pytest.raises(OSError, match=re.escape(message)):
+        tables._retry_conflicts(full, "t", path)
     assert len(calls) == 1  # not retried
+
+
+_HOLD_THE_LOCK = """
+import sys, time
+from jobs.tables import _commit_lock
+with _commit_lock(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_commit_waits_while_another_process_commits_to_the_table(tmp_path: Path) -> None:
+    """Delta's local log store is atomic only within one JVM (jobs/tables.py): a commit waits for another
+    process's commit to the same table, and a holder that dies (SIGKILL) releases it at once."""
+    pytest.importorskip("delta")
+    from jobs import tables
+
+    path = str(tmp_path / "tables" / "videos")
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_THE_LOCK, path], cwd=REPO,  # noqa: S603
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        committed = threading.Event()
+        commit = threading.Thread(target=tables._retry_conflicts, args=(committed.set, "videos", path))
+        commit.start()
+        assert not committed.wait(1.0)  # held by the other process: no commit meanwhile
+        beside = str(tmp_path / "tables" / "quarantine")
+        other = threading.Thread(target=tables._retry_conflicts, args=(lambda: None, "quarantine", beside))
+        other.start()
+        other.join(10)
+        assert not other.is_alive()  # another table's commits do not wait
+    finally:
+        holder.kill()
+        holder.wait()
+    assert committed.wait(10)
+    commit.join(10)
 
 
 @pytest.mark.spark
