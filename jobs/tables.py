@@ -15,7 +15,8 @@ That optimism needs a log store whose commit is an atomic put-if-absent. On a lo
 system Delta's `HDFSLogStore` checks that the version's file is absent and then renames its own onto it,
 and a rename there replaces the target: the check and the rename are atomic only within one JVM. Two runs
 committing one table's next version at once could both succeed, the later file replacing the earlier:
-one run's commit lost without an error, or a log that no longer reads (seen as a checksum error in CI).
+one run's commit lost without an error, or a log that no longer reads (in CI: both runs failed in
+Hadoop's checksum reader replaying the log).
 So each commit holds an exclusive `flock` on `OUTPUT/tables/.<table>.commit.lock` (`_commit_lock`);
 the stage's work is done before it (`jobs.stage.write_guarded` persists its result), so runs still
 work at once and only their commits of one table take turns.
