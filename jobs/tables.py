@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import random
@@ -254,7 +255,7 @@ def _commit_lock(path: str) -> Iterator[None]:
 
     The lock file stays (a hidden file beside the table: Delta never reads it); the kernel releases the
     lock when its holder dies, so a killed run never blocks the next. Where the file system has no
-    locks, or the lock file cannot be made (a full disk), the commit goes ahead unlocked, with a warning.
+    locks (warned once) or the lock file cannot be made (a full disk), the commit goes ahead unlocked.
     """
     folder, name = os.path.split(path)
     try:
@@ -268,10 +269,16 @@ def _commit_lock(path: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError as exc:
-            logger.warning("commit lock not taken table=%s error=%s: runs at once may lose one", path, exc)
+            _warn_no_locks(folder, exc.strerror or type(exc).__name__)
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+@functools.cache
+def _warn_no_locks(folder: str, reason: str) -> None:
+    """Once per folder and process: a file system without locks would warn at every commit."""
+    logger.warning("commit locks not taken folder=%s error=%s: runs at once may lose commits", folder, reason)
 
 
 def register_all(spark: SparkSession, layout: Layout) -> list[str]:

@@ -139,3 +139,24 @@ def test_a_table_stored_with_other_columns_is_refused_by_name(spark, tmp_path) -
         write(spark.createDataFrame([row], QUARANTINE.spark), layout, QUARANTINE, ["/in/a.mp4"], lineage)
     stored = read(spark, layout, QUARANTINE)
     assert stored.columns.count("msg") == 1 and stored.filter(F.col("msg") == "bad").count() == 1
+
+
+def test_without_file_locks_commits_go_ahead_with_one_warning(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A mounted file system without `flock` (ENOLCK) must not stop the run: commits go on, warned once."""
+    pytest.importorskip("delta")
+    import errno
+
+    from jobs import tables
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(tables.fcntl, "flock", no_locks)
+    commits = []
+    for _ in range(3):
+        tables._retry_conflicts(lambda: commits.append(1), "videos", str(tmp_path / "nolocks" / "videos"))
+    assert len(commits) == 3
+    warned = [r for r in caplog.records if "commit locks not taken" in r.getMessage()]
+    assert len(warned) == 1 and "No locks available" in warned[0].getMessage()
