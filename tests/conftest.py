@@ -96,7 +96,7 @@ SHARED_RUNS = ("demo_run", "corpus_run")
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """How `make test` (`pytest -n N`) shares tests among workers: a module's tests stay on one worker (its
     module fixtures are built once), and so do all modules that use one of the shared pipeline runs
-    (`SHARED_RUNS`: minutes of CPU, built once per worker that asks for one). The controller does not
+    (`SHARED_RUNS`: minutes of CPU each, so each is built once). The controller does not
     collect, so a module's run is read from its source: the fixture's name in it."""
     from xdist.scheduler import LoadScopeScheduling
 

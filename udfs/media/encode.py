@@ -219,7 +219,7 @@ def encode_packets(stream: av.VideoStream, frame: av.VideoFrame | None) -> list[
 
     SVT-AV1 (`libsvtav1`, v4.1), when the process may (root), switches the thread that opens it to
     real-time SCHED_FIFO priority 99 and leaves it so: a Spark worker that exported once would then
-    starve every other thread of its core whenever it computes. Two syscalls per frame put it back.
+    starve every other thread of its core whenever it computes. Four syscalls a frame check it.
     """
     policy, priority = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
     try:
