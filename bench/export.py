@@ -145,6 +145,8 @@ def _upstream_tables(spark, out: str, samples: list[Path]) -> None:
             "finished": now,
             "rows": 0,
             "error": None,
+            "unit_s": np.nan,
+            "cpu_s": np.nan,
             "config_hash": "bench",
             "stage_version": "1",
         }

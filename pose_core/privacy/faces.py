@@ -12,6 +12,12 @@ boxes (the export has them), a detection lying mostly inside one is that hand an
 the shared real hand video every detection on a hand is >= 78 % inside the hand's keypoint box, while
 real faces in the shared photos of people with hands are <= 34 % inside one.
 
+Video is not detected frame by frame: a batch is detected on key frames at most
+`FaceBlurOptions.detect_every` apart (its first and last frame among them), and a frame between two
+key frames takes their faces, a face seen at both ends moved linearly between them (`carry_faces`).
+The detector is most of an export's cost (five passes a frame); a face that moves between key frames
+stays covered by the blur's margin, and one seen at only one end is blurred where it was seen.
+
 The blur is irreversible: each face box, grown by `margin`, is averaged down to `blur_cells` cells
 along its long side and smoothed back up, so at most `blur_cells`^2 colours of the face survive.
 """
@@ -28,7 +34,15 @@ from typing import Literal
 import cv2
 import numpy as np
 
-__all__ = ["DETECTORS", "DetectorSpec", "FaceBlurOptions", "FaceBlurrer", "keypoint_boxes"]
+__all__ = [
+    "DETECTORS",
+    "DetectorSpec",
+    "FaceBlurOptions",
+    "FaceBlurrer",
+    "carry_faces",
+    "key_frames",
+    "keypoint_boxes",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +86,10 @@ class FaceBlurOptions:
     hand_cover_max: float = 0.6
     # LiteRT interpreter threads; 1 when Spark already runs one task per core.
     num_threads: int = 1
+    # Video: run the detector on key frames at most this many frames apart (each batch's first and last
+    # among them); frames between take the key frames' faces, moved linearly (`carry_faces`). 1 detects
+    # in every frame.
+    detect_every: int = 4
 
     def __post_init__(self) -> None:
         if self.detector not in DETECTORS:
@@ -82,6 +100,8 @@ class FaceBlurOptions:
             raise ValueError(f"faces.blur_cells must be >= 1 and faces.margin >= 0, got {self}")
         if not 0.0 < self.hand_cover_max <= 1.0:
             raise ValueError(f"faces.hand_cover_max must be in (0, 1], got {self.hand_cover_max}")
+        if self.detect_every < 1:
+            raise ValueError(f"faces.detect_every must be >= 1, got {self.detect_every}")
 
 
 def keypoint_boxes(keypoints_px: np.ndarray) -> list[np.ndarray]:
@@ -160,6 +180,61 @@ def _merge(boxes: np.ndarray, scores: np.ndarray, min_cover: float = 0.5) -> np.
     return np.array(keep, np.int64)
 
 
+def key_frames(count: int, every: int) -> np.ndarray:
+    """Indices of the key frames of a batch of ``count`` frames, ``(K,)``.
+
+    Evenly spaced, at most ``every`` apart, the first and the last frame included.
+    """
+    if count <= 0:
+        return np.zeros(0, np.int64)
+    gaps = max(1, math.ceil((count - 1) / every))
+    return np.unique(np.round(np.linspace(0, count - 1, gaps + 1)).astype(np.int64))
+
+
+def _matched_pairs(
+    before: np.ndarray, after: np.ndarray, max_size_ratio: float = 2.0
+) -> list[tuple[int, int]]:
+    """Pairs ``(i, j)`` of boxes ``(M, 4)`` and ``(N, 4)`` taken for one face.
+
+    Nearest centres first, sizes within ``max_size_ratio``, each box in at most one pair.
+    """
+    if len(before) == 0 or len(after) == 0:
+        return []
+    centre_a, centre_b = (before[:, :2] + before[:, 2:]) / 2, (after[:, :2] + after[:, 2:]) / 2
+    side_a = (before[:, 2:] - before[:, :2]).max(axis=1)
+    side_b = (after[:, 2:] - after[:, :2]).max(axis=1)
+    distance = np.linalg.norm(centre_a[:, None] - centre_b[None], axis=2)
+    larger, smaller = np.maximum(side_a[:, None], side_b[None]), np.minimum(side_a[:, None], side_b[None])
+    distance[larger > max_size_ratio * smaller] = np.inf
+    pairs: list[tuple[int, int]] = []
+    for flat in np.argsort(distance, axis=None):
+        i, j = np.unravel_index(flat, distance.shape)
+        if not np.isfinite(distance[i, j]):
+            break
+        if all(i != a and j != b for a, b in pairs):
+            pairs.append((int(i), int(j)))
+    return pairs
+
+
+def carry_faces(before: np.ndarray, after: np.ndarray, t: float) -> np.ndarray:
+    """Face boxes of a frame between two key frames, ``(M, 4)``.
+
+    Args:
+        before: boxes ``(M, 4)`` (x0, y0, x1, y1) found in the key frame before.
+        after: boxes ``(N, 4)`` found in the key frame after.
+        t: where the frame lies between them, ``0 < t < 1``.
+
+    Returns:
+        A face found in both key frames (`_matched_pairs`) where the line between its two boxes puts
+        it; a face found in only one, where it was found.
+    """
+    pairs = _matched_pairs(before, after)
+    moved = [before[i] + t * (after[j] - before[i]) for i, j in pairs]
+    alone_a = [b for i, b in enumerate(before) if all(i != p for p, _ in pairs)]
+    alone_b = [b for j, b in enumerate(after) if all(j != q for _, q in pairs)]
+    return np.array([*moved, *alone_a, *alone_b], np.float64).reshape(-1, 4)
+
+
 class FaceBlurrer:
     """Finds faces in RGB frames and pixelates them; the model is loaded once per instance.
 
@@ -221,10 +296,46 @@ class FaceBlurrer:
         keep = _merge(boxes, scores)
         return boxes[keep], scores[keep]
 
+    def faces(
+        self, frames_rgb: np.ndarray, hand_boxes: Sequence[np.ndarray] | None = None
+    ) -> list[np.ndarray]:
+        """The face boxes to blur in each frame of a batch (consecutive video frames).
+
+        Detected on the key frames (`key_frames`: `detect_every` apart), where a detection more than
+        `hand_cover_max` inside a wearer hand's box is that hand and left out; carried to the frames
+        between (`carry_faces`).
+
+        Args:
+            frames_rgb: RGB frames `(N, H, W, 3)` uint8.
+            hand_boxes: per frame the wearer's hand boxes `(h, 4)` (`keypoint_boxes`), or None.
+
+        Returns:
+            N arrays `(m, 4)` (x0, y0, x1, y1, pixels, not grown by the margin); empty when disabled.
+        """
+        if not self.opts.enabled:
+            return [np.zeros((0, 4)) for _ in frames_rgb]
+        keys = key_frames(len(frames_rgb), self.opts.detect_every)
+        found = {}
+        for k in map(int, keys):
+            boxes = self.detect(frames_rgb[k])[0]
+            if hand_boxes is not None and len(boxes):
+                boxes = boxes[_inside_fraction(boxes, hand_boxes[k]) <= self.opts.hand_cover_max]
+            found[k] = boxes
+        out = []
+        for i in range(len(frames_rgb)):
+            after = int(keys[np.searchsorted(keys, i)])
+            before = int(keys[np.searchsorted(keys, i) - 1]) if after != i else i
+            out.append(
+                found[i]
+                if after == i
+                else carry_faces(found[before], found[after], (i - before) / (after - before))
+            )
+        return out
+
     def blur(
         self, frames_rgb: np.ndarray, hand_boxes: Sequence[np.ndarray] | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Blur every face in a batch of frames.
+        """Blur every face in a batch of consecutive frames (`faces`).
 
         Args:
             frames_rgb: RGB frames `(N, H, W, 3)` uint8; not modified.
@@ -233,7 +344,7 @@ class FaceBlurrer:
 
         Returns:
             The frames with faces pixelated `(N, H, W, 3)` uint8 (the input itself when disabled) and
-            the number of faces found per frame `(N,)` int64.
+            the number of faces blurred per frame `(N,)` int64.
 
         Raises:
             ShapeError: `frames_rgb` is not `(N, H, W, 3)` uint8.
@@ -245,20 +356,11 @@ class FaceBlurrer:
         if not self.opts.enabled or len(frames_rgb) == 0:
             return frames_rgb, counts
         out = frames_rgb.copy()
-        on_hands = 0
-        for i, frame in enumerate(out):
-            boxes, _ = self.detect(frame)
-            if hand_boxes is not None and len(boxes):
-                face = _inside_fraction(boxes, hand_boxes[i]) <= self.opts.hand_cover_max
-                on_hands += int((~face).sum())
-                boxes = boxes[face]
+        for i, boxes in enumerate(self.faces(frames_rgb, hand_boxes)):
             counts[i] = len(boxes)
             for box in boxes:
-                self._pixelate(frame, box)
-        logger.debug(
-            "blurred %d faces in %d frames; %d detections on hands left sharp",
-            int(counts.sum()), len(frames_rgb), on_hands,
-        )  # fmt: skip
+                self._pixelate(out[i], box)
+        logger.debug("blurred %d faces in %d frames", int(counts.sum()), len(frames_rgb))
         return out, counts
 
     def _pixelate(self, frame: np.ndarray, box: np.ndarray) -> None:

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 from pose_core.errors import ShapeError
-from pose_core.privacy.faces import FaceBlurOptions, FaceBlurrer, keypoint_boxes, tile_boxes
+from pose_core.privacy.faces import (
+    FaceBlurOptions,
+    FaceBlurrer,
+    carry_faces,
+    key_frames,
+    keypoint_boxes,
+    tile_boxes,
+)
 from tests.data_paths import SHARED_DATA
 from udfs.models import face_blurrer
 
@@ -104,7 +111,7 @@ def _hand_boxes(images: list[np.ndarray]) -> list[np.ndarray]:
 
 
 @pytest.mark.slow
-def test_detections_on_the_wearers_hands_stay_sharp_and_faces_beside_hands_do_not(blurrer, photos):
+def test_detections_on_the_wearers_hands_stay_sharp_and_faces_beside_hands_do_not(photos):
     cap = cv2.VideoCapture(str(SHARED_DATA / "hands_dexretargeting" / "human_hand_video.mp4"))
     frames, k = [], 0
     while (frame := cap.read()[1]) is not None:
@@ -114,6 +121,7 @@ def test_detections_on_the_wearers_hands_stay_sharp_and_faces_beside_hands_do_no
     if not frames:
         pytest.skip("the shared hand video is not there")
     hands = np.stack(frames)  # every 20th frame: 32 frames of one hand, no face
+    blurrer = face_blurrer(FaceBlurOptions(detect_every=1))  # frames 0.7 s apart: detect in each
     _, unaware = blurrer.blur(hands)
     assert unaware.sum() >= 8  # the face model fires on hands (bench/results/faces.md)
     blurred, counts = blurrer.blur(hands, _hand_boxes(list(hands)))
@@ -130,6 +138,66 @@ def test_detections_on_the_wearers_hands_stay_sharp_and_faces_beside_hands_do_no
         assert not _centres_inside(after, before).any(), f"{name}: a face is still found after blurring"
 
 
+def _moving_face(frames: int, peak_px_per_frame: float, face_px: int) -> tuple[np.ndarray, np.ndarray]:
+    """The astronaut's head swinging left and right over a 320x240 scene (the export's size), ``(N, 240, 320,
+    3)``, and its face box per frame ``(N, 4)``: a sinusoid whose fastest frame-to-frame move is
+    ``peak_px_per_frame`` (24 px: across the frame in ~0.4 s at 30 fps, a fast head turn)."""
+    x0, y0, x1, y1 = 175, 70, 275, 175  # the face box of skimage's astronaut (bench/faces.py)
+    side = x1 - x0
+    head = skimage_data.astronaut()[y0 - side // 2 : y1 + side // 2, x0 - side // 2 : x1 + side // 2]
+    head = cv2.resize(head, None, fx=face_px / side, fy=face_px / side, interpolation=cv2.INTER_AREA)
+    scene = cv2.resize(skimage_data.coffee(), (320, 240))
+    amplitude, top = (320 - head.shape[1]) / 2, (240 - head.shape[0]) // 2
+    video, boxes = [], []
+    for i in range(frames):
+        left = round(amplitude * (1.0 + np.sin(i * peak_px_per_frame / amplitude)))
+        frame = scene.copy()
+        frame[top : top + head.shape[0], left : left + head.shape[1]] = head
+        video.append(frame)
+        face_left, face_top = left + (side // 2) * face_px / side, top + (side // 2) * face_px / side
+        boxes.append([face_left, face_top, face_left + face_px, face_top + face_px])
+    return np.stack(video), np.array(boxes)
+
+
+def _covered(blurrer: FaceBlurrer, video: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """``(N,)`` the fraction of each true face box ``(N, 4)`` inside the frame's pixelated regions."""
+    out = []
+    for boxes, face in zip(blurrer.faces(video), np.round(truth).astype(int), strict=True):
+        mask = np.zeros(video.shape[1:3], bool)
+        for box in boxes:
+            grow = blurrer.opts.margin * (box[2:] - box[:2])
+            lo, hi = np.floor(np.maximum(box[:2] - grow, 0)).astype(int), np.ceil(box[2:] + grow).astype(int)
+            mask[lo[1] : hi[1], lo[0] : hi[0]] = True
+        out.append(mask[face[1] : face[3], face[0] : face[2]].mean())
+    return np.array(out)
+
+
+@pytest.mark.parametrize(("peak_px_per_frame", "face_px"), [(12.0, 40), (24.0, 64)])
+def test_a_moving_face_stays_blurred_between_key_frames(peak_px_per_frame, face_px):
+    video, truth = _moving_face(32, peak_px_per_frame, face_px)
+    every_frame = _covered(face_blurrer(FaceBlurOptions(detect_every=1)), video, truth)
+    default = face_blurrer(FaceBlurOptions())
+    calls = []
+    detect = default.detect
+    default.detect = lambda image: calls.append(1) or detect(image)  # type: ignore[method-assign]
+    carried = _covered(default, video, truth)
+    assert (every_frame >= 0.9).all()  # the detector finds the head in every frame
+    assert (carried >= 0.9).all(), np.round(carried, 2)  # and the carried boxes cover it just as well
+    assert len(calls) == len(key_frames(32, FaceBlurOptions().detect_every)) <= 32 / 3
+
+
+def test_key_frames_and_carried_faces():
+    assert key_frames(32, 4).tolist() == [0, 4, 8, 12, 16, 19, 23, 27, 31]
+    assert key_frames(1, 4).tolist() == [0] and key_frames(0, 4).tolist() == []
+    assert key_frames(5, 1).tolist() == [0, 1, 2, 3, 4]
+    before = np.array([[0.0, 0, 10, 10], [100, 100, 140, 140]])
+    # the small face moved 20 px; the big one left, and a small one came far away
+    after = np.array([[20.0, 0, 30, 10], [300, 0, 310, 10]])
+    carried = carry_faces(before, after, 0.25)
+    np.testing.assert_allclose(carried, [[5, 0, 15, 10], [100, 100, 140, 140], [300, 0, 310, 10]])
+    assert carry_faces(np.zeros((0, 4)), np.zeros((0, 4)), 0.5).shape == (0, 4)
+
+
 def test_keypoint_boxes_skip_missing_hands():
     px = np.full((2, 2, 21, 2), np.nan)
     px[0, 1] = np.stack([np.linspace(10, 30, 21), np.linspace(5, 8, 21)], axis=1)
@@ -139,10 +207,10 @@ def test_keypoint_boxes_skip_missing_hands():
     assert boxes[1].shape == (0, 4)
 
 
-def test_a_batch_counts_faces_per_frame(blurrer, photos):
+def test_a_batch_counts_faces_per_frame(photos):
     coffee = np.ascontiguousarray(skimage_data.coffee()[:, :512])  # no face, 400 x 512
     batch = np.stack([photos["astronaut"][:400], coffee, photos["camera"][:400]])
-    blurred, counts = blurrer.blur(batch)
+    blurred, counts = face_blurrer(FaceBlurOptions(detect_every=1)).blur(batch)  # unrelated images
     assert blurred.shape == batch.shape and blurred.dtype == np.uint8
     assert counts.tolist() == [1, 0, 1]
     assert np.array_equal(blurred[1], coffee)
@@ -183,3 +251,5 @@ def test_options_are_checked():
         FaceBlurOptions(hand_cover_max=0.0)
     with pytest.raises(ValueError, match="tiles"):
         FaceBlurOptions(tiles=())
+    with pytest.raises(ValueError, match="detect_every"):
+        FaceBlurOptions(detect_every=0)
