@@ -286,6 +286,7 @@ def _decode_encode_floor(dataset: str, work: str) -> dict:
 
 
 def _lerobot(dataset: str, work: str, mode: str) -> dict:
+    from udfs.lerobot.episode import source_decode_options
     from udfs.options import ExportOptions
 
     python = os.environ.get("EGOLAKE_LEROBOT_PYTHON", str(REPO / ".venv-lerobot" / "bin" / "python"))
@@ -299,7 +300,7 @@ def _lerobot(dataset: str, work: str, mode: str) -> dict:
         "mode": mode,
         "fps": info["fps"],
         "vcodec": "h264",
-        "decode": asdict(ExportOptions().decode),  # the export's decoder settings
+        "decode": asdict(source_decode_options(ExportOptions())),  # the export's decoder settings
         "video_key": key,
         "width": info["features"][key]["shape"][1],
         "height": info["features"][key]["shape"][0],

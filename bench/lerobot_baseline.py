@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
 from udfs.media.decode import iter_frames
-from udfs.options import DecodeOptions
+from udfs.media.options import DecodeOptions
 
 
 def _cpu_s() -> float:

@@ -43,8 +43,8 @@ import numpy as np
 
 from pose_core.errors import InputError
 from udfs.media.forked import forked_items
+from udfs.media.options import DecodeOptions
 from udfs.media.sequence import read_image_rgb, sequence_timing
-from udfs.options import DecodeOptions
 
 __all__ = [
     "DecodedFrames",
