@@ -89,9 +89,8 @@ _UNIFORM_STEPS = 1e-6  # relative spread of the step periods accepted as one con
 class RetargetOptions:
     """Knobs of arm retargeting."""
 
-    # Solver for every step after the first (warm-started from the previous chunk; a step that has
-    # stalled against its speed box stops).
-    ik: IKOptions = field(default_factory=lambda: IKOptions(max_iters=40, stall_iters=3))
+    # Solver for every step after the first (warm-started from the previous chunk).
+    ik: IKOptions = field(default_factory=lambda: IKOptions(max_iters=40))
     # Solver for the first valid step and a stuck arm's search (from home or the current joints, then
     # from random seeds if that fails).
     first_frame_ik: IKOptions = field(default_factory=lambda: IKOptions(max_iters=100))

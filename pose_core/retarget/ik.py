@@ -70,12 +70,6 @@ class IKOptions:
     orientation_tol_rad: float = 1e-3
     # A row whose largest joint step falls below this counts as settled (orientation out of reach).
     step_tol: float = 1e-6
-    # A row on its position target whose orientation error has not fallen by `stall_rad` radians in
-    # `stall_iters` iterations counts as settled too (0: never): a warm-started step against a bound of
-    # its speed box crawls (~1e-5 rad an iteration) without getting anywhere that matters. Off for
-    # solves from far (home, random seeds): there a slow stretch can come before the way opens.
-    stall_rad: float = 1e-4
-    stall_iters: int = 0
     # Largest change of any joint per iteration from the secondary (orientation) task, rad or m: its
     # null-space motion keeps the position only to first order, so long strides make the two tasks
     # take turns (a limit cycle) instead of converging.
@@ -308,8 +302,6 @@ def solve_pose_ik(  # noqa: PLR0913, PLR0917 - model, target, seed, bounds, opti
     lower, upper = bounds
     q = np.clip(seed, lower, upper)
     active = np.ones(len(q), dtype=bool)
-    best_rot = np.full(len(q), np.inf)  # each row's smallest orientation error so far, radians
-    stalled = np.zeros(len(q), dtype=np.int64)  # iterations since it last fell by stall_rad
     iterations = 0
     for iterations in range(1, opts.max_iters + 1):  # noqa: B007 - the count is reported
         poses, jacs = model.forward_with_jacobians(q[active])
@@ -330,15 +322,10 @@ def solve_pose_ik(  # noqa: PLR0913, PLR0917 - model, target, seed, bounds, opti
         dq = bounded_dls_step(jac[:, :3], e_p, secondary, err_secondary, q[active],
                               (lower[active], upper[active]), opts, rest)
         q[active] = np.clip(q[active] + dq, lower[active], upper[active])  # no rounding past a bound
-        rows = np.flatnonzero(active)
-        on_target, rot = np.linalg.norm(e_p, axis=1) < opts.position_tol_m, np.linalg.norm(e_r, axis=1)
-        better = rot < best_rot[rows] - opts.stall_rad
-        best_rot[rows] = np.where(better, rot, best_rot[rows])
-        stalled[rows] = np.where(better, 0, stalled[rows] + 1)
-        settled = (stalled[rows] >= opts.stall_iters) if opts.stall_iters > 0 else np.zeros(len(rows), bool)
-        done = (on_target & ((rot < opts.orientation_tol_rad) | settled)) | (
+        done = ((np.linalg.norm(e_p, axis=1) < opts.position_tol_m)
+                & (np.linalg.norm(e_r, axis=1) < opts.orientation_tol_rad)) | (
             np.max(np.abs(dq), axis=1) < opts.step_tol)
-        active[rows[done]] = False
+        active[np.flatnonzero(active)[done]] = False
         if not np.any(active):
             break
     poses = model.forward(q)
