@@ -207,12 +207,15 @@ def _matched_pairs(
     larger, smaller = np.maximum(side_a[:, None], side_b[None]), np.minimum(side_a[:, None], side_b[None])
     distance[larger > max_size_ratio * smaller] = np.inf
     pairs: list[tuple[int, int]] = []
+    used_a, used_b = set(), set()
     for flat in np.argsort(distance, axis=None):
-        i, j = np.unravel_index(flat, distance.shape)
+        i, j = map(int, np.unravel_index(flat, distance.shape))
         if not np.isfinite(distance[i, j]):
             break
-        if all(i != a and j != b for a, b in pairs):
-            pairs.append((int(i), int(j)))
+        if i not in used_a and j not in used_b:
+            pairs.append((i, j))
+            used_a.add(i)
+            used_b.add(j)
     return pairs
 
 
@@ -230,8 +233,9 @@ def carry_faces(before: np.ndarray, after: np.ndarray, t: float) -> np.ndarray:
     """
     pairs = _matched_pairs(before, after)
     moved = [before[i] + t * (after[j] - before[i]) for i, j in pairs]
-    alone_a = [b for i, b in enumerate(before) if all(i != p for p, _ in pairs)]
-    alone_b = [b for j, b in enumerate(after) if all(j != q for _, q in pairs)]
+    matched_a, matched_b = {i for i, _ in pairs}, {j for _, j in pairs}
+    alone_a = [b for i, b in enumerate(before) if i not in matched_a]
+    alone_b = [b for j, b in enumerate(after) if j not in matched_b]
     return np.array([*moved, *alone_a, *alone_b], np.float64).reshape(-1, 4)
 
 
@@ -323,13 +327,12 @@ class FaceBlurrer:
             found[k] = boxes
         out = []
         for i in range(len(frames_rgb)):
-            after = int(keys[np.searchsorted(keys, i)])
-            before = int(keys[np.searchsorted(keys, i) - 1]) if after != i else i
-            out.append(
-                found[i]
-                if after == i
-                else carry_faces(found[before], found[after], (i - before) / (after - before))
-            )
+            at = int(np.searchsorted(keys, i))  # keys[at] is i or the next key frame after it
+            if keys[at] == i:
+                out.append(found[i])
+                continue
+            before, after = int(keys[at - 1]), int(keys[at])
+            out.append(carry_faces(found[before], found[after], (i - before) / (after - before)))
         return out
 
     def blur(
