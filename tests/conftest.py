@@ -17,6 +17,9 @@ import pytest
 
 from tests.data_paths import SHARED_DATA
 
+# Every JVM the suite starts reads tests/spark_conf/spark-defaults.conf (why: its comments).
+os.environ["SPARK_CONF_DIR"] = str(Path(__file__).resolve().parent / "spark_conf")
+
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
