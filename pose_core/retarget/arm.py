@@ -12,8 +12,10 @@ Algorithm:
     follows the smoothed target, and the reachability flags and ``ee_error_*`` are against it;
     ``target_shift_m`` says how far smoothing moved it from the hand, and ``hand_error_m`` is the
     tool's distance to the hand's own (unsmoothed) target, the error a replay onto the hand sees.
-    The first valid step is solved from the home pose and from it, home and ``restarts`` random seeds
-    at once; of its distinct solutions within reach (``first_branches``: the solve from home if solved,
+    The arm starts at the first valid step that has a solution within reach (from anywhere; at most
+    ``branch_lookahead_s`` after the first valid step, else the first valid step; the valid steps before
+    it hold its joints). That step is solved from the home pose and from it, home and ``restarts`` random
+    seeds at once; of its distinct solutions within reach (``first_branches``: the solve from home if solved,
     then the others nearest home first), the arm starts on the one that keeps the most steps within reach
     over the next ``branch_lookahead_s`` seconds, each tracked as below (ties: the earlier, so the others
     are tracked only when the first misses a step; none within reach: the best one). Later steps are
@@ -323,18 +325,18 @@ def _solve_anywhere(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptio
     return sol.joint_positions[pick], bool(reached[pick])
 
 
-def _first_branches(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptions) -> FloatArray:
+def _first_branches(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptions) -> FloatArray | None:
     """Distinct starting joints for the first valid step ``(B, J)``, the no-look-ahead choice first.
 
-    That choice is the solve from home if it is solved, else the solution within reach nearest home
-    (else the best one, alone). The others are further solutions within reach (home, restarts), nearest
-    home first, each at least ``branch_separation`` from every one before it in some joint.
+    That choice is the solve from home if it is solved, else the solution within reach nearest home. The
+    others are further solutions within reach (home, restarts), nearest home first, each at least
+    ``branch_separation`` from every one before it in some joint. None when no solution is within reach.
     """
     near = _from_near(emb, tcp_target, opts, emb.home)
     wide = _from_anywhere(emb, tcp_target, opts, near.joint_positions[0])
     reached = np.flatnonzero(_within_reach(emb, wide))
     if not len(reached):
-        return _solve_anywhere(emb, tcp_target, opts, emb.home)[0][None]
+        return None
     home_distance = np.linalg.norm(wide.joint_positions[reached] - emb.home, axis=1)
     ordered = list(wide.joint_positions[reached[np.argsort(home_distance, kind="stable")]])
     if _solved(emb, near, opts.first_frame_ik)[0]:
@@ -346,6 +348,24 @@ def _first_branches(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptio
         if len(branches) == opts.first_branches:
             break
     return np.stack(branches)
+
+
+def _start(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray, ts_s: FloatArray,
+           opts: RetargetOptions) -> tuple[int, FloatArray]:
+    """The step the arm starts at and its candidate joints ``(B, J)`` (`_first_branches`).
+
+    The first valid step within reach from anywhere, at most ``branch_lookahead_s`` after the first
+    valid step: a hand that comes into view out of the arm's reach would otherwise fix the arm on the
+    best effort's branch (e.g. folded over its shoulder), which the reachable steps after it cannot
+    use. The valid steps before it hold its joints (best effort, flagged unreachable). None within
+    reach: the first valid step and its best solution.
+    """
+    steps = np.flatnonzero(valid)
+    for i in steps[ts_s[steps] <= ts_s[steps[0]] + opts.branch_lookahead_s]:
+        branches = _first_branches(emb, tcp_targets[i], opts)
+        if branches is not None:
+            return int(i), branches
+    return int(steps[0]), _solve_anywhere(emb, tcp_targets[steps[0]], opts, emb.home)[0][None]
 
 
 def solve_in_chunks(  # noqa: PLR0913 - the solver, its start and the limits
@@ -466,8 +486,7 @@ def _step_solver(emb: Embodiment, tcp_targets: FloatArray, ts_s: FloatArray,
 def _ik_joints(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray, ts_s: FloatArray,
                opts: RetargetOptions) -> FloatArray:
     """The IK's joints per step ``(F, J)``, within joint and speed limits (see the module's Algorithm)."""
-    first = int(np.argmax(valid))
-    branches = _first_branches(emb, tcp_targets[first], opts)
+    first, branches = _start(emb, tcp_targets, valid, ts_s, opts)
     q_first = branches[0]
     if len(branches) > 1:
         end = int(np.searchsorted(ts_s, ts_s[first] + opts.branch_lookahead_s, side="right"))
