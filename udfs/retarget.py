@@ -50,7 +50,7 @@ from pose_core.retarget import (
     as_right_hand,
     grip_aperture_from_keypoints,
     keypoints_in_wrist,
-    reached_from_home,
+    margins_from_home,
     retarget_hand_keypoints,
     retarget_wrist_trajectory,
     search_base,
@@ -258,7 +258,7 @@ def _arm(
         targets = smoothed_world_targets(emb, world_from_wrist, emb.control_fps, opts.arm)
         if opts.base_placement == "search":
             base, score = search_base(
-                emb, targets, gravity, partial(reached_from_home, emb, opts.arm), opts.arm.placement
+                emb, targets, gravity, partial(margins_from_home, emb, opts.arm), opts.arm.placement
             )
         else:
             base = world_from_base_at_wrists(emb, targets, gravity)

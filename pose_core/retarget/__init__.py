@@ -4,7 +4,7 @@ from pose_core.retarget.arm import (
     RetargetOptions,
     RetargetResult,
     false_runs,
-    reached_from_home,
+    margins_from_home,
     retarget_wrist_trajectory,
     smoothed_world_targets,
 )
@@ -38,7 +38,7 @@ __all__ = [
     "false_runs",
     "grip_aperture_from_keypoints",
     "keypoints_in_wrist",
-    "reached_from_home",
+    "margins_from_home",
     "retarget_hand_keypoints",
     "retarget_wrist_trajectory",
     "search_base",

@@ -67,9 +67,10 @@ __all__ = [
     "RetargetOptions",
     "RetargetResult",
     "false_runs",
+    "joint_limit_margins",
+    "margins_from_home",
     "orientation_task",
     "rate_limit",
-    "reached_from_home",
     "retarget_wrist_trajectory",
     "smoothed_world_targets",
     "solve_in_chunks",
@@ -193,16 +194,25 @@ def orientation_task(emb: Embodiment) -> OrientationTask:
     return task
 
 
-def reached_from_home(emb: Embodiment, opts: RetargetOptions, base_from_targets: FloatArray) -> BoolArray:
-    """Which tool targets ``(N, 4, 4)`` (base frame) the IK reaches from home within the profile's tolerances.
+def joint_limit_margins(emb: Embodiment, q: FloatArray) -> FloatArray:
+    """Each row's tightest joint ``(N,)`` of joints ``(N, J)``: its distance to the nearer limit over half
+    its range (0 at a limit, 1 mid-range); joints turning a full circle or more do not count."""
+    half = 0.5 * (emb.upper - emb.lower)
+    margins = np.minimum(q - emb.lower, emb.upper - q) / half
+    return np.where(half < np.pi, margins, 1.0).min(axis=1)
 
-    The base search's test (`pose_core.retarget.placement.search_base`); returns ``(N,)`` bool.
+
+def margins_from_home(emb: Embodiment, opts: RetargetOptions, base_from_targets: FloatArray) -> FloatArray:
+    """Joint-limit margins ``(N,)`` of the IK's solutions from home of tool targets ``(N, 4, 4)`` (base
+    frame), NaN where a solution misses the profile's tolerances.
+
+    The base search's test (`pose_core.retarget.placement.search_base`).
     """
     seeds = np.repeat(emb.home[None], len(base_from_targets), 0)
     bounds = (np.broadcast_to(emb.lower, seeds.shape), np.broadcast_to(emb.upper, seeds.shape))
     sol = solve_pose_ik(emb.model, 0, base_from_targets, seeds, bounds, opts.placement_ik, emb.home,
                         emb.ee_from_tcp, orientation=orientation_task(emb))
-    return _within_reach(emb, sol)
+    return np.where(_within_reach(emb, sol), joint_limit_margins(emb, sol.joint_positions), np.nan)
 
 
 def smoothed_world_targets(emb: Embodiment, world_from_wrist: FloatArray, fps: float,

@@ -14,7 +14,10 @@ position in the start's base frame. A candidate's score is the fraction of a few
 over the trajectory by farthest-point sampling of position and approach) that the caller's ``reached``
 test accepts (in `pose_core.retarget.arm`: IK from the home pose within the profile's tolerances; all
 candidates' probes in one batched solve). A coarse grid, then a finer one around its best; the best
-score wins, ties go to the candidate nearest the start. Probes solved from home say where the arm works
+score wins; of equal scores, the one whose probe solutions stay farthest from the joint limits (the mean
+of each probe's tightest joint, in steps of ``margin_step``): an arm placed so that the hand's path
+folds it against a limit reaches the probes from home but loses the steps between them, where the
+joints run out; then the candidate nearest the start. Probes solved from home say where the arm works
 comfortably, not every place it can reach: the trajectory's IK decides what is reached.
 """
 
@@ -47,8 +50,10 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 BoolArray = NDArray[np.bool_]
-#: ``base_from_targets (N, 4, 4) -> reached (N,)``: which tool targets an arm reaches (`search_base`).
-ReachTest = Callable[[FloatArray], BoolArray]
+#: ``base_from_targets (N, 4, 4) -> margins (N,)``: how far the arm's solution of each tool target stays
+#: from its joint limits (0 at a limit, 1 mid-range), NaN where the arm does not reach the target
+#: (`search_base`).
+ReachTest = Callable[[FloatArray], FloatArray]
 
 
 @dataclass(frozen=True)
@@ -65,9 +70,12 @@ class PlacementOptions:
     offset_range_m: float = 0.1
     # in steps of this, metres. The fine grid halves both steps around the coarse grid's best.
     offset_step_m: float = 0.1
+    # Candidates reaching as many probes tie when their mean joint-limit margins (0 at a limit, 1 mid-range)
+    # round to the same multiple of this; the nearest the start wins a tie.
+    margin_step: float = 0.01
 
     def __post_init__(self) -> None:
-        if self.probe_steps < 1 or self.yaw_step_rad <= 0 or self.offset_step_m <= 0:
+        if self.probe_steps < 1 or self.yaw_step_rad <= 0 or self.offset_step_m <= 0 or self.margin_step <= 0:
             raise ValueError("retarget placement: probe_steps >= 1 and steps > 0")
         if self.yaw_range_rad < 0 or self.offset_range_m < 0:
             raise ValueError("retarget placement: ranges >= 0")
@@ -183,8 +191,9 @@ def _grid(half_range: float, step: float) -> FloatArray:
 
 
 def _best(emb: Embodiment, in_start: FloatArray, candidates: list[tuple[float, FloatArray]],
-          reached: ReachTest) -> tuple[float, FloatArray, float]:
-    """(yaw, offset, score) of the best candidate: most probes reached, then nearest the start."""
+          reached: ReachTest, margin_step: float) -> tuple[float, FloatArray, float]:
+    """(yaw, offset, score) of the best candidate: most probes reached, then joint-limit margin, then
+    nearest the start."""
     c, s = emb.workspace_center_in_base_m, emb.workspace_scale
     targets = []
     for psi, delta in candidates:
@@ -193,10 +202,12 @@ def _best(emb: Embodiment, in_start: FloatArray, candidates: list[tuple[float, F
         moved = turn @ in_start
         moved[:, :3, 3] = c + s * ((in_start[:, :3, 3] - c - delta) @ _rz(-psi).T)
         targets.append(moved)
-    ok = reached(np.concatenate(targets)).reshape(len(candidates), len(in_start))
+    margins = reached(np.concatenate(targets)).reshape(len(candidates), len(in_start))
+    ok = np.isfinite(margins)
     score = ok.mean(axis=1)
+    margin = np.round(np.where(ok, margins, 0.0).mean(axis=1) / margin_step)
     distance = np.array([np.linalg.norm(d) + 0.5 * abs(p) for p, d in candidates])  # m + half a m per rad
-    pick = int(np.lexsort((distance, -score))[0])
+    pick = int(np.lexsort((distance, -margin, -score))[0])
     return candidates[pick][0], candidates[pick][1], float(score[pick])
 
 
@@ -209,7 +220,8 @@ def search_base(emb: Embodiment, world_from_tcp: FloatArray, gravity_dir_world: 
         world_from_tcp: tool targets in the world (the human wrist poses times ``wrist_from_tcp``), metres,
             ``(F, 4, 4)``; NaN rows (no hand) are ignored.
         gravity_dir_world: gravity (down) in the world ``(3,)``, or None for the profile's rotation.
-        reached: which tool targets (base frame, workspace scaling applied) the arm reaches.
+        reached: the joint-limit margins of the arm's solutions of tool targets (base frame, workspace
+            scaling applied), NaN where it does not reach one.
         opts: probes and grids.
 
     Returns:
@@ -225,12 +237,12 @@ def search_base(emb: Embodiment, world_from_tcp: FloatArray, gravity_dir_world: 
     coarse = [(psi, np.array(d)) for psi in _grid(opts.yaw_range_rad, opts.yaw_step_rad)
               for d in np.stack(np.meshgrid(*[_grid(opts.offset_range_m, opts.offset_step_m)] * 3,
                                             indexing="ij"), axis=-1).reshape(-1, 3)]
-    psi, delta, _ = _best(emb, in_start, coarse, reached)
+    psi, delta, _ = _best(emb, in_start, coarse, reached, opts.margin_step)
     fine_yaw, fine_step = 0.5 * opts.yaw_step_rad, 0.5 * opts.offset_step_m
     fine = [(psi + dp, delta + np.array(dd)) for dp in (-fine_yaw, 0.0, fine_yaw)
             for dd in np.stack(np.meshgrid(*[np.array([-fine_step, 0.0, fine_step])] * 3, indexing="ij"),
                                axis=-1).reshape(-1, 3)]
-    psi, delta, score = _best(emb, in_start, fine, reached)
+    psi, delta, score = _best(emb, in_start, fine, reached, opts.margin_step)
     base0_from_base = np.eye(4)
     base0_from_base[:3, :3] = _rz(psi)
     centre = emb.workspace_center_in_base_m
