@@ -195,8 +195,11 @@ def orientation_task(emb: Embodiment) -> OrientationTask:
 
 
 def joint_limit_margins(emb: Embodiment, q: FloatArray) -> FloatArray:
-    """Each row's tightest joint ``(N,)`` of joints ``(N, J)``: its distance to the nearer limit over half
-    its range (0 at a limit, 1 mid-range); joints turning a full circle or more do not count."""
+    """Each row's tightest joint ``(N,)`` of joints ``(N, J)``.
+
+    A joint's margin is its distance to the nearer limit over half its range (0 at a limit, 1 mid-range);
+    joints turning a full circle or more do not count.
+    """
     half = 0.5 * (emb.upper - emb.lower)
     margins = np.minimum(q - emb.lower, emb.upper - q) / half
     return np.where(half < np.pi, margins, 1.0).min(axis=1)

@@ -192,8 +192,7 @@ def _grid(half_range: float, step: float) -> FloatArray:
 
 def _best(emb: Embodiment, in_start: FloatArray, candidates: list[tuple[float, FloatArray]],
           reached: ReachTest, margin_step: float) -> tuple[float, FloatArray, float]:
-    """(yaw, offset, score) of the best candidate: most probes reached, then joint-limit margin, then
-    nearest the start."""
+    """(yaw, offset, score) of the best candidate: most probes reached, then margin, then nearest."""
     c, s = emb.workspace_center_in_base_m, emb.workspace_scale
     targets = []
     for psi, delta in candidates:
