@@ -208,7 +208,8 @@ def joint_limit_margins(emb: Embodiment, q: FloatArray) -> FloatArray:
 def margins_from_home(emb: Embodiment, opts: RetargetOptions, base_from_targets: FloatArray) -> FloatArray:
     """Joint-limit margins ``(N,)`` of the IK's solutions from home of tool targets ``(N, 4, 4)``.
 
-    Targets in the base frame; NaN where a solution misses the profile's tolerances. The base search's test (`pose_core.retarget.placement.search_base`).
+    Targets in the base frame; NaN where a solution misses the profile's tolerances. The base search's
+    test (`pose_core.retarget.placement.search_base`).
     """
     seeds = np.repeat(emb.home[None], len(base_from_targets), 0)
     bounds = (np.broadcast_to(emb.lower, seeds.shape), np.broadcast_to(emb.upper, seeds.shape))
