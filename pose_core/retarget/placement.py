@@ -11,8 +11,8 @@ Search (`search_base`): the start is `world_from_base_at_wrists` (the median too
 candidates move the base by ``delta`` on a grid and turn it by ``psi`` about the vertical through ``c``,
 so that in a candidate's base frame a tool target is ``c + s Rz(-psi) (p0 - c - delta)``, ``p0`` its
 position in the start's base frame. A candidate's score is the fraction of a few *probe* steps (spread
-over the trajectory by farthest-point sampling of position and approach) that the caller's ``reached``
-test accepts (in `pose_core.retarget.arm`: IK from the home pose within the profile's tolerances; all
+over the trajectory by farthest-point sampling of position and approach) that the caller's ``reach_margins``
+finds within reach (in `pose_core.retarget.arm`: IK from the home pose within the profile's tolerances; all
 candidates' probes in one batched solve). A coarse grid, then a finer one around its best; the best
 score wins; of equal scores, the one whose probe solutions stay farthest from the joint limits (the mean
 of each probe's tightest joint, in steps of ``margin_step``): an arm placed so that the hand's path
@@ -36,7 +36,7 @@ from pose_core.retarget.embodiment import Embodiment
 
 __all__ = [
     "PlacementOptions",
-    "ReachTest",
+    "ReachMargins",
     "base_from_tcp_targets",
     "search_base",
     "world_from_base_at_wrists",
@@ -53,7 +53,7 @@ BoolArray = NDArray[np.bool_]
 #: ``base_from_targets (N, 4, 4) -> margins (N,)``: how far the arm's solution of each tool target stays
 #: from its joint limits (0 at a limit, 1 mid-range), NaN where the arm does not reach the target
 #: (`search_base`).
-ReachTest = Callable[[FloatArray], FloatArray]
+ReachMargins = Callable[[FloatArray], FloatArray]
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ def _grid(half_range: float, step: float) -> FloatArray:
 
 
 def _best(emb: Embodiment, in_start: FloatArray, candidates: list[tuple[float, FloatArray]],
-          reached: ReachTest, margin_step: float) -> tuple[float, FloatArray, float]:
+          reach_margins: ReachMargins, margin_step: float) -> tuple[float, FloatArray, float]:
     """(yaw, offset, score) of the best candidate: most probes reached, then margin, then nearest."""
     c, s = emb.workspace_center_in_base_m, emb.workspace_scale
     targets = []
@@ -201,7 +201,7 @@ def _best(emb: Embodiment, in_start: FloatArray, candidates: list[tuple[float, F
         moved = turn @ in_start
         moved[:, :3, 3] = c + s * ((in_start[:, :3, 3] - c - delta) @ _rz(-psi).T)
         targets.append(moved)
-    margins = reached(np.concatenate(targets)).reshape(len(candidates), len(in_start))
+    margins = reach_margins(np.concatenate(targets)).reshape(len(candidates), len(in_start))
     ok = np.isfinite(margins)
     score = ok.mean(axis=1)
     margin = np.round(np.where(ok, margins, 0.0).mean(axis=1) / margin_step)
@@ -211,7 +211,7 @@ def _best(emb: Embodiment, in_start: FloatArray, candidates: list[tuple[float, F
 
 
 def search_base(emb: Embodiment, world_from_tcp: FloatArray, gravity_dir_world: FloatArray | None,
-                reached: ReachTest, opts: PlacementOptions) -> tuple[FloatArray, float]:
+                reach_margins: ReachMargins, opts: PlacementOptions) -> tuple[FloatArray, float]:
     """The base pose (position and yaw, upright) that reaches most of a trajectory's probe steps.
 
     Args:
@@ -219,7 +219,7 @@ def search_base(emb: Embodiment, world_from_tcp: FloatArray, gravity_dir_world: 
         world_from_tcp: tool targets in the world (the human wrist poses times ``wrist_from_tcp``), metres,
             ``(F, 4, 4)``; NaN rows (no hand) are ignored.
         gravity_dir_world: gravity (down) in the world ``(3,)``, or None for the profile's rotation.
-        reached: the joint-limit margins of the arm's solutions of tool targets (base frame, workspace
+        reach_margins: the joint-limit margins of the arm's solutions of tool targets (base frame, workspace
             scaling applied), NaN where it does not reach one.
         opts: probes and grids.
 
@@ -236,12 +236,12 @@ def search_base(emb: Embodiment, world_from_tcp: FloatArray, gravity_dir_world: 
     coarse = [(psi, np.array(d)) for psi in _grid(opts.yaw_range_rad, opts.yaw_step_rad)
               for d in np.stack(np.meshgrid(*[_grid(opts.offset_range_m, opts.offset_step_m)] * 3,
                                             indexing="ij"), axis=-1).reshape(-1, 3)]
-    psi, delta, _ = _best(emb, in_start, coarse, reached, opts.margin_step)
+    psi, delta, _ = _best(emb, in_start, coarse, reach_margins, opts.margin_step)
     fine_yaw, fine_step = 0.5 * opts.yaw_step_rad, 0.5 * opts.offset_step_m
     fine = [(psi + dp, delta + np.array(dd)) for dp in (-fine_yaw, 0.0, fine_yaw)
             for dd in np.stack(np.meshgrid(*[np.array([-fine_step, 0.0, fine_step])] * 3, indexing="ij"),
                                axis=-1).reshape(-1, 3)]
-    psi, delta, score = _best(emb, in_start, fine, reached, opts.margin_step)
+    psi, delta, score = _best(emb, in_start, fine, reach_margins, opts.margin_step)
     base0_from_base = np.eye(4)
     base0_from_base[:3, :3] = _rz(psi)
     centre = emb.workspace_center_in_base_m
