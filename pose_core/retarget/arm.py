@@ -198,11 +198,12 @@ def joint_limit_margins(emb: Embodiment, q: FloatArray) -> FloatArray:
     """Each row's tightest joint ``(N,)`` of joints ``(N, J)``.
 
     A joint's margin is its distance to the nearer limit over half its range (0 at a limit, 1 mid-range);
-    joints turning a full circle or more do not count.
+    joints turning a full circle or more (continuous ones: infinite limits) or without a range do not count.
     """
     half = 0.5 * (emb.upper - emb.lower)
-    margins = np.minimum(q - emb.lower, emb.upper - q) / half
-    return np.where(half < np.pi, margins, 1.0).min(axis=1)
+    bounded = (half > 0.0) & (half < np.pi)
+    margins = np.minimum(q - emb.lower, emb.upper - q) / np.where(bounded, half, 1.0)
+    return np.where(bounded, margins, 1.0).min(axis=1)
 
 
 def margins_from_home(emb: Embodiment, opts: RetargetOptions, base_from_targets: FloatArray) -> FloatArray:
@@ -318,6 +319,11 @@ def _from_anywhere(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOption
                          opts.first_frame_ik, emb.home, emb.ee_from_tcp, orientation=orientation_task(emb))
 
 
+def _best_effort(emb: Embodiment, sol: IKSolution) -> int:
+    """The row of ``sol`` nearest its target when none is within reach (a radian weighs a position tol)."""
+    return int(np.argmin(sol.position_error_m + emb.reach_position_tol_m * sol.orientation_error_rad))
+
+
 def _solve_anywhere(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptions,
                     near: FloatArray) -> tuple[FloatArray, bool]:
     """Joints ``(J,)`` for one target ``(4, 4)`` within the joint limits only, and whether they reach it.
@@ -334,22 +340,24 @@ def _solve_anywhere(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptio
     if np.any(reached):
         pick = int(np.argmin(np.where(reached, np.linalg.norm(sol.joint_positions - near, axis=1), np.inf)))
     else:
-        pick = int(np.argmin(sol.position_error_m + emb.reach_position_tol_m * sol.orientation_error_rad))
+        pick = _best_effort(emb, sol)
     return sol.joint_positions[pick], bool(reached[pick])
 
 
-def _first_branches(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptions) -> FloatArray | None:
-    """Distinct starting joints for the first valid step ``(B, J)``, the no-look-ahead choice first.
+def _first_branches(emb: Embodiment, tcp_target: FloatArray,
+                    opts: RetargetOptions) -> tuple[FloatArray, bool]:
+    """Distinct starting joints for the first valid step ``(B, J)`` and whether they are within reach.
 
-    That choice is the solve from home if it is solved, else the solution within reach nearest home. The
-    others are further solutions within reach (home, restarts), nearest home first, each at least
-    ``branch_separation`` from every one before it in some joint. None when no solution is within reach.
+    The no-look-ahead choice comes first: the solve from home if it is solved, else the solution
+    within reach nearest home. The others are further solutions within reach (home, restarts), nearest
+    home first, each at least ``branch_separation`` from every one before it in some joint. None within
+    reach: the best solution alone, and False.
     """
     near = _from_near(emb, tcp_target, opts, emb.home)
     wide = _from_anywhere(emb, tcp_target, opts, near.joint_positions[0])
     reached = np.flatnonzero(_within_reach(emb, wide))
     if not len(reached):
-        return None
+        return wide.joint_positions[_best_effort(emb, wide)][None], False
     home_distance = np.linalg.norm(wide.joint_positions[reached] - emb.home, axis=1)
     ordered = list(wide.joint_positions[reached[np.argsort(home_distance, kind="stable")]])
     if _solved(emb, near, opts.first_frame_ik)[0]:
@@ -360,7 +368,7 @@ def _first_branches(emb: Embodiment, tcp_target: FloatArray, opts: RetargetOptio
             branches.append(q)
         if len(branches) == opts.first_branches:
             break
-    return np.stack(branches)
+    return np.stack(branches), True
 
 
 def _start(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray, ts_s: FloatArray,
@@ -374,11 +382,14 @@ def _start(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray, ts_s: Flo
     reach: the first valid step and its best solution.
     """
     steps = np.flatnonzero(valid)
+    best_effort: FloatArray | None = None
     for i in steps[ts_s[steps] <= ts_s[steps[0]] + opts.branch_lookahead_s]:
-        branches = _first_branches(emb, tcp_targets[i], opts)
-        if branches is not None:
+        branches, within_reach = _first_branches(emb, tcp_targets[i], opts)
+        if within_reach:
             return int(i), branches
-    return int(steps[0]), _solve_anywhere(emb, tcp_targets[steps[0]], opts, emb.home)[0][None]
+        best_effort = branches if best_effort is None else best_effort
+    assert best_effort is not None  # the first valid step is always tried
+    return int(steps[0]), best_effort
 
 
 def solve_in_chunks(  # noqa: PLR0913 - the solver, its start and the limits

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -91,6 +92,12 @@ class TestBaseSearch:
         near[1] = panda.upper[1] - 0.25 * (panda.upper[1] - panda.lower[1])
         margins = joint_limit_margins(panda, np.stack([mid, at_limit, near]))
         np.testing.assert_allclose(margins, [1.0, 0.0, 0.5])
+
+    def test_joint_limit_margin_skips_joints_without_a_bounded_range(self) -> None:
+        """A continuous joint (infinite limits) and one whose limits meet count for nothing: no NaN."""
+        arm = SimpleNamespace(lower=np.array([-np.inf, 0.2, -1.0]), upper=np.array([np.inf, 0.2, 1.0]))
+        margins = joint_limit_margins(arm, np.array([[5.0, 0.2, 0.0], [5.0, 0.2, 0.5]]))  # type: ignore[arg-type]
+        np.testing.assert_allclose(margins, [1.0, 0.5])
 
     @pytest.mark.slow
     def test_ik_probes_reach_a_robot_made_path(self, panda: Embodiment) -> None:
