@@ -2,8 +2,9 @@
 
 Per map: frames before initialisation get a rotation-only pose (state ``STATIC``: the camera is
 still or only turning, no translation is invented). When the rotation-compensated parallax to the
-reference frame exceeds ``init_min_parallax_deg`` a 5-point RANSAC gives the first two keyframes
-and a triangulated map; then each frame is tracked by robust motion-only optimisation (PnP RANSAC
+reference frame exceeds ``init_min_parallax_deg`` a two-view motion (5-point or homography,
+chosen by the frames in between: ``initialisation``) gives the first two keyframes and a
+triangulated map; then each frame is tracked by robust motion-only optimisation (PnP RANSAC
 as fallback) against the map. Keyframes add points (each track triangulated against the keyframe
 where it was first seen: the longest baseline it has) and trigger a local BA over the newest
 keyframes and the older ones that see the same points, with the keyframes around them held fixed.
@@ -41,6 +42,13 @@ import numpy as np
 
 from pose_core.camera_poses.ba import BAOptions, PoseFit, optimize_pose
 from pose_core.camera_poses.features import FrameFeatures
+from pose_core.camera_poses.initialisation import (
+    InitialisationOptions,
+    ThirdView,
+    choose_motion,
+    homography_motions,
+    score_motion,
+)
 from pose_core.camera_poses.joining import SegmentJoin
 from pose_core.camera_poses.keyframe_map import MERGED, Atlas, FirstSeen, FrameRow, Keyframe, refine_keyframes
 from pose_core.camera_poses.keyframes import KeyframeOptions, KeyframeSelector
@@ -81,8 +89,10 @@ class TrackingOptions:
     # before a map exists a frame is STATIC (the camera does not translate) while its median parallax to
     # the reference stays below this, degrees (KLT noise: ~0.02); above it, ROTATION_ONLY
     static_max_parallax_deg: float = 0.3
-    # inliers of the 5-point RANSAC needed to initialise
+    # inliers of the two-view motion needed to initialise
     init_min_inliers: int = 60
+    # the choice between two-view motion hypotheses (5-point, homography) by the frames in between
+    initialisation: InitialisationOptions = field(default_factory=InitialisationOptions)
     # minimum shared tracks with the reference frame before the reference is moved forward (while
     # uninitialised the reference also moves when fewer than `init_min_inliers` are shared: those
     # could never initialise)
@@ -297,7 +307,7 @@ class _Tracker:
         par = np.median(parallax_deg(ref_xy[ia], xy[ib], rot))
         waited = not lost or feat.frame_idx - self.lost_at >= self.opts.relocalise_before_new_map_frames
         if waited and par >= self.opts.init_min_parallax_deg and len(ia) >= self.opts.init_min_inliers:
-            motion = estimate_relative_motion(ref_xy[ia], xy[ib], self.opts.ransac_px / self.f)
+            motion = self._initial_motion(feat, xy, ref, ia, ib)
             if motion is not None and self._initialise(feat, xy, ref, ia, ib, motion):
                 return
         keep = self.pending[-self.opts.max_pending_frames + 1 :]
@@ -306,6 +316,33 @@ class _Tracker:
         cfw[:3, :3] = rot
         translating = par >= self.opts.static_max_parallax_deg
         self._record_without_map(_hold_centre(cfw @ ref_cfw, ref_cfw), len(ia), translating)
+
+    def _initial_motion(
+        self, feat: FrameFeatures, xy: np.ndarray, ref: _Reference, ia: np.ndarray, ib: np.ndarray
+    ) -> RelativeMotion | None:
+        """Motion from ``ref`` to ``feat`` (shared tracks ``ia``/``ib``); None without a 5-point one.
+
+        The 5-point motion, replaced by a homography's when the pending frames in between support
+        that one clearly better (``initialisation.choose_motion``).
+        """
+        o = self.opts
+        threshold = o.ransac_px / self.f
+        xy_ref, xy_cur = ref[1][ia], xy[ib]
+        five_point = estimate_relative_motion(xy_ref, xy_cur, threshold)
+        if five_point is None or np.count_nonzero(five_point.inliers) < o.init_min_inliers:
+            return None  # a homography alone does not start a map: it only checks the 5-point motion
+        scored = (
+            score_motion(m, xy_ref, xy_cur, threshold) for m in homography_motions(xy_ref, xy_cur, threshold)
+        )
+        planar = [h for h in scored if np.count_nonzero(h.inliers) >= o.init_min_inliers]
+        start, end = ref[0].frame_idx, feat.frame_idx
+        between = sorted(
+            (p for p in self.pending if start < p[1].frame_idx < end), key=lambda p: p[1].frame_idx
+        )
+        views = [ThirdView(p[1].track_ids, p[2]) for p in between]
+        return choose_motion(
+            five_point, planar, ref[0].track_ids[ia], xy_ref, xy_cur, views, threshold, o.initialisation
+        )
 
     def _rotated(self, feat: FrameFeatures, xy: np.ndarray) -> np.ndarray:
         """Rotation-only pose of ``feat`` from the previous frame's (centre held), ``(4, 4)``.
@@ -496,7 +533,9 @@ class _Tracker:
     def _pnp(self, point_idx: np.ndarray, xy: np.ndarray) -> PoseFit | None:
         """Pose from map points ``(K,)`` seen at ``xy (K, 2)``.
 
-        Motion-only from the constant-velocity prediction, PnP RANSAC when that fails.
+        Motion-only from the constant-velocity prediction; when that explains too few, PnP RANSAC,
+        kept only if it explains more (a RANSAC pose from a third of the points once jumped 10 cm
+        while the prediction's fit had more inliers).
         """
         o = self.opts
         x_in_world = self.map.points[point_idx]
@@ -518,7 +557,8 @@ class _Tracker:
             return None
         cfw = np.eye(4)
         cfw[:3, :3], cfw[:3, 3] = cv2.Rodrigues(rvec)[0], tvec.ravel()
-        return optimize_pose(cfw, x_in_world, xy, self.f, o.ba, o.inlier_px)
+        ransac = optimize_pose(cfw, x_in_world, xy, self.f, o.ba, o.inlier_px)
+        return ransac if np.count_nonzero(ransac.inliers) > np.count_nonzero(fit.inliers) else fit
 
     def _lose(self, feat: FrameFeatures) -> None:
         last = self.prev[-1]
