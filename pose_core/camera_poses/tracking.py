@@ -533,9 +533,9 @@ class _Tracker:
     def _pnp(self, point_idx: np.ndarray, xy: np.ndarray) -> PoseFit | None:
         """Pose from map points ``(K,)`` seen at ``xy (K, 2)``.
 
-        Motion-only from the constant-velocity prediction; when that explains too few, PnP RANSAC,
-        kept only if it explains more (a RANSAC pose from a third of the points once jumped 10 cm
-        while the prediction's fit had more inliers).
+        Motion-only from the constant-velocity prediction, PnP RANSAC when that fails. (Keeping the
+        RANSAC pose only when it explains more points was tried: no change on the rendered table clips,
+        and the hard preset tracked with the 70-degree prior went from 0.79 to 8.4 % ATE.)
         """
         o = self.opts
         x_in_world = self.map.points[point_idx]
@@ -557,8 +557,7 @@ class _Tracker:
             return None
         cfw = np.eye(4)
         cfw[:3, :3], cfw[:3, 3] = cv2.Rodrigues(rvec)[0], tvec.ravel()
-        ransac = optimize_pose(cfw, x_in_world, xy, self.f, o.ba, o.inlier_px)
-        return ransac if np.count_nonzero(ransac.inliers) > np.count_nonzero(fit.inliers) else fit
+        return optimize_pose(cfw, x_in_world, xy, self.f, o.ba, o.inlier_px)
 
     def _lose(self, feat: FrameFeatures) -> None:
         last = self.prev[-1]
