@@ -41,17 +41,34 @@ def _settings(robots: list[str], robots_dir: str) -> list[str]:
     return [f"embodiments=[{','.join(robots)}]", f"retarget.robots_dir={robots_dir}"]
 
 
-def _user_scale(spark: Any, out: str, truth_dir: Path) -> float:
-    """Metres per map unit of the tracked camera path: its Sim(3) fit to the sample's ground truth."""
-    from pose_core.camera_poses.evaluation import evaluate_trajectory
+def _camera_path(spark: Any, out: str, truth_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The output's camera path ``(F, 4, 4)``, its measured frames ``(F,)`` and the truth ``(F, 4, 4)``."""
     from udfs.camera_tables import world_from_cam_from_columns
     from udfs.fusion import MEASURED_QUALITIES
 
     poses = _table(spark, out, "camera_poses").sort_values("frame_idx")
     measured = poses["pose_quality"].isin(MEASURED_QUALITIES).to_numpy()
     est = world_from_cam_from_columns(poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_mu"])
-    gt = np.load(truth_dir / "world_from_cam.npy")[poses["frame_idx"].to_numpy()]
+    return est, measured, np.load(truth_dir / "world_from_cam.npy")[poses["frame_idx"].to_numpy()]
+
+
+def _user_scale(spark: Any, out: str, truth_dir: Path) -> float:
+    """Metres per map unit of the tracked camera path: its Sim(3) fit to the sample's ground truth."""
+    from pose_core.camera_poses.evaluation import evaluate_trajectory
+
+    est, measured, gt = _camera_path(spark, out, truth_dir)
     return float(evaluate_trajectory(est[measured], gt[measured]).scale)
+
+
+def _camera_ate_pct(spark: Any, out: str) -> float | None:
+    """ATE of the output's camera path over every frame, % of the path; None without ground truth."""
+    from pose_core.camera_poses.evaluation import evaluate_trajectory
+
+    truth = sorted(Path(out, "sample", "ground_truth").glob("*/world_from_cam.npy"))
+    if len(truth) != 1:  # no single rendered path to compare with
+        return None
+    est, _, gt = _camera_path(spark, out, truth[0].parent)
+    return round(float(evaluate_trajectory(est, gt).ate_pct_of_path), 3)
 
 
 def _table(spark: Any, out: str, name: str) -> Any:
@@ -128,12 +145,14 @@ def measure(spark: Any, outputs: dict[str, str]) -> list[dict[str, Any]]:
         actions = _table(spark, out, "robot_actions")
         if actions is None:
             continue
+        camera_ate = _camera_ate_pct(spark, out)
         quality = _table(spark, out, "robot_quality")
         for embodiment, mine in actions.groupby("embodiment"):
             own = None if quality is None else quality[quality["embodiment"] == embodiment]
             refused = sorted(set(mine.loc[mine["refused"].notna(), "episode_id"]))
-            row = {"output": label, "robot": embodiment, "episodes": int(mine["episode_id"].nunique()),
-                   "refused": len(refused), **_pooled(mine, own)}
+            row = {"output": label, "camera_ate_pct": camera_ate, "robot": embodiment,
+                   "episodes": int(mine["episode_id"].nunique()), "refused": len(refused),
+                   **_pooled(mine, own)}
             if own is not None:
                 row["passed"] = int(own["passed"].sum())
                 row["reasons"] = sorted({r for reasons in own["reasons"] for r in reasons})
@@ -160,7 +179,8 @@ def _cell(key: str, value: Any) -> str:
 
 
 COLUMNS = (
-    "output", "robot", "episodes", "refused", "passed", "steps", "valid_fraction", "reachable_fraction",
+    "output", "camera_ate_pct", "robot", "episodes", "refused", "passed", "steps", "valid_fraction",
+    "reachable_fraction",
     "position_error_median_m", "position_error_p95_m", "tracking_error_median_m", "tracking_error_p95_m",
     "target_shift_p95_m", "approach_error_median_rad", "approach_error_p95_rad",
     "closing_error_median_rad", "closing_error_p95_rad", "limit_violations",
@@ -205,7 +225,8 @@ def main() -> None:
         "- outputs: `demo` (egolake demo, 150 frames, IMU scale) and the synthetic episodes (jobs.sample: "
         "table seeds 1-3 at 300 frames, hard at 600), each through the whole pipeline with "
         f"`--set embodiments=[{args.robots}]`; an episode without an IMU scale gets the user scale of its "
-        "camera path's Sim(3) fit to ground truth (`fusion.user_metres_per_unit`).",
+        "camera path's Sim(3) fit to ground truth (`fusion.user_metres_per_unit`); camera_ate_pct = that "
+        "path's ATE over every frame, % of its length (synthetic outputs).",
         "- figures pool both hands' control steps over the output's episodes the robot was not refused for "
         "(no metric scale: `refused`); valid = a hand observed or gap-filled within 0.9 m of the camera; "
         "reachable = of the valid steps, within the profile's tolerances of the smoothed target the arm "
