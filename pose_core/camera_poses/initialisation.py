@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from pose_core.camera_poses.twoview import RelativeMotion, parallax_deg, triangulate
+from pose_core.camera_poses.twoview import RelativeMotion, parallax_deg, reprojection_error, triangulate
 
 __all__ = ["InitialisationOptions", "ThirdView", "choose_motion", "homography_motions", "score_motion"]
 
@@ -91,12 +91,11 @@ def score_motion(
         threshold: reprojection threshold in both views, normalised units.
     """
     x_in_ref, front = triangulate(np.eye(4), cur_from_ref, xy_ref, xy_cur)
-    x_in_cur = x_in_ref @ cur_from_ref[:3, :3].T + cur_from_ref[:3, 3]
-    depth_ref = np.where(front[:, None], x_in_ref[:, 2:], 1.0)
-    depth_cur = np.where(front[:, None], x_in_cur[:, 2:], 1.0)
-    err_ref = np.linalg.norm(x_in_ref[:, :2] / depth_ref - xy_ref, axis=1)
-    err_cur = np.linalg.norm(x_in_cur[:, :2] / depth_cur - xy_cur, axis=1)
-    inliers = front & (err_ref < threshold) & (err_cur < threshold)
+    inliers = (
+        front
+        & (reprojection_error(np.eye(4), x_in_ref, xy_ref) < threshold)
+        & (reprojection_error(cur_from_ref, x_in_ref, xy_cur) < threshold)
+    )
     par = parallax_deg(xy_ref[inliers], xy_cur[inliers], cur_from_ref[:3, :3])
     return RelativeMotion(cur_from_ref, inliers, float(np.median(par)) if len(par) else 0.0)
 

@@ -57,6 +57,7 @@ from pose_core.camera_poses.twoview import (
     RelativeMotion,
     estimate_relative_motion,
     parallax_deg,
+    reprojection_error,
     rotation_between,
     triangulate,
 )
@@ -641,10 +642,7 @@ class _Tracker:
         return np.concatenate(new_idx), np.concatenate(new_xy)
 
     def _reproj_ok(self, cfw: np.ndarray, pts: np.ndarray, xy: np.ndarray) -> np.ndarray:
-        x_in_cam = pts @ cfw[:3, :3].T + cfw[:3, 3]
-        z = np.where(x_in_cam[:, 2] > 0, x_in_cam[:, 2], np.nan)
-        err = np.linalg.norm(x_in_cam[:, :2] / z[:, None] - xy, axis=1) * self.f
-        return np.nan_to_num(err, nan=np.inf) < self.opts.inlier_px
+        return reprojection_error(cfw, pts, xy) * self.f < self.opts.inlier_px
 
     def _local_ba(self) -> None:
         """BA of the newest keyframes and their covisible ones; keyframes seeing the same points anchor it."""

@@ -17,6 +17,7 @@ __all__ = [
     "bearings",
     "estimate_relative_motion",
     "parallax_deg",
+    "reprojection_error",
     "rotation_between",
     "triangulate",
 ]
@@ -61,6 +62,17 @@ def rotation_between(xy_a: np.ndarray, xy_b: np.ndarray, inlier_deg: float = 0.5
             break
         keep = resid < inlier_deg
     return rot
+
+
+def reprojection_error(cam_from_world: np.ndarray, x_in_world: np.ndarray, xy: np.ndarray) -> np.ndarray:
+    """Distance of points ``(N, 3)`` projected by ``cam_from_world (4, 4)`` to ``xy (N, 2)``, ``(N,)``.
+
+    Normalised units; infinite for a point not in front of the camera.
+    """
+    x_in_cam = x_in_world @ cam_from_world[:3, :3].T + cam_from_world[:3, 3]
+    z = np.where(x_in_cam[:, 2] > 0, x_in_cam[:, 2], np.nan)
+    err = np.linalg.norm(x_in_cam[:, :2] / z[:, None] - xy, axis=1)
+    return np.nan_to_num(err, nan=np.inf)
 
 
 def triangulate(
