@@ -15,10 +15,12 @@ tolerances): a step whose target is far out of reach weighs little, so the arm d
 it can reach early to head for it (with squares it did, seconds ahead). Levenberg-Marquardt with
 iteratively reweighted rows: each outer iteration linearises ``e_k`` at the current
 joints and solves the convex QP (plus a damping term on the step) by ADMM (over-relaxed, warm-started
-from the last accepted QP) on the block-banded system of all steps (time-major variables, bandwidth 2J:
-no QP library); a step that lowers the true cost is taken and the damping divided by 3, else the
-damping is multiplied by 4. That QP converges slowly (the tool rows are far stiffer than the limits),
-so its result is then projected onto the limits joint by joint (`project_to_limits`: the nearest
+from the last accepted QP, its penalty adapted to the residuals as OSQP does) on the block-banded system
+of all steps (time-major variables, bandwidth 2J: no QP library); a step that lowers the true cost is
+taken and the damping divided by 3, else the damping is multiplied by 4. The tool rows are far stiffer
+than the limits: with one fixed penalty the QP ended well outside them (0.4 rad on a Panda folded at its
+elbow) and the projection below, which does not see the tool, lost it. What ADMM leaves is then
+projected onto the limits joint by joint (`project_to_limits`: the nearest
 joints in the least-squares sense, a well-conditioned QP the same ADMM solves to the margin in a few
 hundred iterations); last, each step is clipped in time order into its speed and acceleration boxes
 and a braking box (it can still stop before its joint limits), which moves it by about the
@@ -49,6 +51,8 @@ Residuals = Callable[[FloatArray], tuple[FloatArray, FloatArray]]
 
 _RELAXATION = 1.6  # ADMM over-relaxation (1.5-1.8 is the usual range)
 _PROJECTION_ROUNDS = 5  # rounds of `projection_iterations` at most, while the limits are not met
+_RHO_CHECK = 25  # ADMM iterations between penalty updates
+_RHO_CHANGE = 5.0  # the penalty changes when the residuals call for more than this factor either way
 
 
 @dataclass(frozen=True)
@@ -122,10 +126,18 @@ def _admm(  # noqa: PLR0913, PLR0917 - the QP, its start and the solver's settin
     iterations: int,
     rho: float,
     warm: tuple[FloatArray, FloatArray] | None = None,
-) -> tuple[FloatArray, tuple[FloatArray, FloatArray]]:
+) -> tuple[FloatArray, tuple[FloatArray, FloatArray], float]:
     """``min 1/2 x^T H x - g^T x`` s.t. ``lo <= A x <= hi`` by ADMM from penalty ``rho``.
 
-    Returns ``x`` and the ADMM state ``(z, u)``, which warm-starts a QP with the same constraints and penalty.
+    The penalty adapts as OSQP's does: every `_RHO_CHECK` iterations it is scaled by the square root of
+    the ratio of the relative primal to dual residuals (when that is off by more than `_RHO_CHANGE`),
+    and the banded factor is rebuilt. With one fixed penalty, a QP whose objective rows are far stiffer
+    than its limit rows (the tool rows against the joint limits) ends its iterations well outside the
+    limits; the adapted one holds them to about ADMM's tolerance in the same iterations.
+
+    Returns:
+        ``x``, the ADMM state ``(z, y)`` (constraint values and their multipliers), which warm-starts a
+        QP with the same constraints, and the last penalty.
     """
     lo, hi = bounds
     ata = (a_mat.T @ a_mat).tocsr()
@@ -134,13 +146,26 @@ def _admm(  # noqa: PLR0913, PLR0917 - the QP, its start and the solver's settin
     if warm is None:
         z, u = np.clip(a_mat @ x, lo, hi), np.zeros(a_mat.shape[0])
     else:
-        z, u = warm[0].copy(), warm[1].copy()
-    for _ in range(iterations):
+        z, u = warm[0].copy(), warm[1] / rho
+    for it in range(1, iterations + 1):
         x = cho_solve_banded((chol, False), gradient + rho * (a_mat.T @ (z - u)))
-        relaxed = _RELAXATION * (a_mat @ x) + (1.0 - _RELAXATION) * z
+        ax = a_mat @ x
+        relaxed = _RELAXATION * ax + (1.0 - _RELAXATION) * z
         z = np.clip(relaxed + u, lo, hi)
         u += relaxed - z
-    return x, (z, u)
+        if it % _RHO_CHECK or it == iterations:
+            continue
+        hx, aty = hessian @ x, rho * (a_mat.T @ u)
+        primal = np.max(np.abs(ax - z)) / max(np.max(np.abs(ax)), np.max(np.abs(z)), 1e-12)
+        dual = np.max(np.abs(hx - gradient + aty)) / max(np.max(np.abs(hx)), np.max(np.abs(aty)),
+                                                         np.max(np.abs(gradient)), 1e-12)
+        scale = float(np.sqrt(primal / max(dual, 1e-12)))
+        if not 1.0 / _RHO_CHANGE <= scale <= _RHO_CHANGE:
+            new_rho = float(np.clip(rho * scale, 1e-6, 1e6))
+            u *= rho / new_rho
+            rho = new_rho
+            chol = cholesky_banded(_banded(hessian + rho * ata, bandwidth))
+    return x, (z, rho * u), rho
 
 
 def project_to_limits(  # noqa: PLR0913 - the joints and their limits
@@ -177,10 +202,10 @@ def project_to_limits(  # noqa: PLR0913 - the joints and their limits
             ones = np.ones(2 * frames - 3)
             limits = (np.concatenate([np.full(frames, lower[j]), -ones]),
                       np.concatenate([np.full(frames, upper[j]), ones]))
-            x, state = q[:, j], None
+            x, state, rho = q[:, j], None, 1.0
             for _ in range(_PROJECTION_ROUNDS):  # more rounds, warm-started, while a limit is still broken
-                x, state = _admm(sparse.identity(frames, format="csr"), q[:, j], a_mat, limits, x, 2,
-                                 opts.projection_iterations, 1.0, state)
+                x, state, rho = _admm(sparse.identity(frames, format="csr"), q[:, j], a_mat, limits, x, 2,
+                                      opts.projection_iterations, rho, state)
                 if np.all(np.abs(a_mat[frames:] @ x) <= 1.0 / shrink):
                     break
             columns.append(x)
@@ -222,7 +247,7 @@ def _clip_forward(q: FloatArray, dt: float, bounds: tuple[FloatArray, FloatArray
         if k >= 2:
             predicted = 2.0 * q[k - 1] - q[k - 2]
             lo, hi = np.maximum(lo, predicted - turn), np.minimum(hi, predicted + turn)
-        q[k] = np.clip(q[k], lo, np.maximum(lo, hi))
+        q[k] = np.clip(np.clip(q[k], lo, np.maximum(lo, hi)), lower, upper)  # the last: rounding at a limit
     return q
 
 
@@ -288,14 +313,14 @@ def fit_trajectory(  # noqa: PLR0913 - the residuals, the start and the limits
         gradient = (np.einsum("frj,fr->fj", jac, r + np.einsum("frj,fj->fr", jac, q))
                     + opts.joint_weight * q_ik + (step_weight - opts.joint_weight) * q).ravel()
         hessian = sparse.block_diag(list(blocks + step_weight * np.eye(joints)), format="csr")
-        if rho is None:  # one penalty for all outer iterations, so each QP warm-starts from the last
+        if rho is None:  # the first penalty; then each QP starts from the last one's penalty and state
             rho = float(np.mean(hessian.diagonal()) / np.mean((a_mat.T @ a_mat).diagonal()))
-        x, state = _admm(hessian, gradient, a_mat, (lo, hi), q.ravel(), bandwidth, opts.admm_iterations, rho,
-                         warm)
+        x, state, new_rho = _admm(hessian, gradient, a_mat, (lo, hi), q.ravel(), bandwidth,
+                                  opts.admm_iterations, rho, warm)
         candidate = x.reshape(frames, joints)
         new_cost = _cost(residuals, candidate, q_ik, opts)
         if new_cost < cost:  # Levenberg-Marquardt: accept and trust the linearisation more
-            q, cost, warm, damping = candidate, new_cost, state, damping / 3.0
+            q, cost, warm, rho, damping = candidate, new_cost, state, new_rho, damping / 3.0
         else:
             damping *= 4.0
     return project_to_limits(q, dt, bounds, velocity, acceleration, opts)

@@ -181,6 +181,28 @@ class TestFirstBranch:
         assert np.sum(~result.reachable[6:]) <= 3  # the way down from the held start, at the speed limits
 
 
+class TestPipelineHand:
+    """A hand path from the pipeline's own output, kept as a file (`data/panda_elbow_at_limit.npz`):
+    the left hand of the retarget bench's synth_table_3 (`bench/retarget_pipeline.py`) in the base frame
+    its search chose (``base_from_wrist (F, 4, 4)``, NaN without a hand; ``ts_s (F,)``)."""
+
+    @pytest.mark.slow
+    def test_the_fit_keeps_the_tool_on_a_path_that_folds_the_elbow_against_its_limit(
+            self, shared_data: Path) -> None:
+        """The Panda's elbow sits on its limit for seconds and the IK's joints jitter in the null space
+        beyond its accelerations. With one fixed ADMM penalty, the fit's QP ended up to 0.4 rad outside
+        the joint limits, and projecting each joint back on its own lost the tool: 138 of 189 steps
+        reached (the IK's joints reach 167). The penalty adapts now (`_admm`)."""
+        panda = load_embodiment(PROFILES / "panda.yaml", shared_data / "robots")
+        data = np.load(Path(__file__).parent / "data" / "panda_elbow_at_limit.npz")
+        ts = data["ts_s"]
+        result = retarget_wrist_trajectory(panda, data["base_from_wrist"], np.full(len(ts), 0.05), ts,
+                                           RetargetOptions(), world_from_base=np.eye(4))
+        assert result.valid.sum() == 189
+        assert result.reachable.sum() >= 0.9 * result.valid.sum()
+        assert result.limit_violations == result.velocity_violations == result.acceleration_violations == 0
+
+
 class TestFiveDof:
     @pytest.mark.parametrize("name", ["so100", "so101"])
     def test_heading_is_dropped_elevation_and_roll_kept(self, name: str, shared_data: Path) -> None:
