@@ -18,9 +18,12 @@ Algorithm:
     seeds at once; of its distinct solutions within reach (``first_branches``: the solve from home if solved,
     then the others nearest home first), the arm starts on the one that keeps the most steps within reach
     over the next ``branch_lookahead_s`` seconds, each tracked as below (ties: the earlier, so the others
-    are tracked only when the first misses a step; none within reach: the best one). Later steps are
-    solved in chunks of ``chunk_frames``: every step of a chunk starts from the last solved step and is
-    bounded by the joint limits and by the velocity box
+    are tracked only when the first misses a step; none within reach: the best one). Where the hand
+    comes back after more than ``restart_gap_s`` unseen, the arm chooses again the same way among the
+    continuation from its last joints (first) and the start candidates it can reach in the gap at its
+    speed limits: a branch that suited the last run can leave the next one's wrist out of range for
+    seconds. Later steps are solved in chunks of ``chunk_frames``: every step of a chunk starts from the
+    last solved step and is bounded by the joint limits and by the velocity box
     ``q_last +- v_max * (t - t_last)``, all in one batched DLS call; a step that does not converge, or
     that lies outside the speed box of the step before it (batched rows can settle on different
     null-space configurations), is solved again from the step before it, with a null-space posture task
@@ -31,7 +34,7 @@ Algorithm:
     in its null space) when only the orientation is out of reach, straight at the speed limits when
     the position is lost too. Steps whose target is NaN (no hand) are bridged by linear interpolation
     (`rate_limit`). Last, the joints are fitted to that solution within exact joint, speed and
-    acceleration limits (`pose_core.retarget.smoothing.limit_joint_trajectory`; steps without a hand
+    acceleration limits (`pose_core.retarget.trajectory.fit_trajectory`; steps without a hand
     weigh nothing there). Steps whose final tool pose misses the target by more than the profile's
     tolerances (position, approach, closing), or that have no target, are flagged ``reachable = False``:
     joints there are a bounded, continuous best effort, never a silent fit.
@@ -117,6 +120,12 @@ class RetargetOptions:
     # against a joint limit that the next steps run into. 1: the solution nearest home, no look-ahead.
     first_branches: int = 4
     branch_lookahead_s: float = 3.0
+    # A hand unseen for longer than this, seconds, lets the arm choose its branch again where the hand
+    # comes back, as at the first step: the continuation from its last joints first, then the first
+    # step's candidates that it can reach within the gap at its speed limits. Following on from the last
+    # joints alone kept an arm for seconds on a branch whose wrist ran out of range (hard_14's Panda:
+    # 21 of a run's 87 steps reached, all 87 from a fresh start).
+    restart_gap_s: float = 1.0
     # Solutions closer than this in every joint (rad or m) are one branch.
     branch_separation: float = 0.5
     # Seed of the random restarts (results are deterministic for a given seed).
@@ -131,9 +140,10 @@ class RetargetOptions:
     placement_ik: IKOptions = field(default_factory=lambda: IKOptions(max_iters=60))
 
     def __post_init__(self) -> None:
-        if self.first_branches < 1 or self.branch_lookahead_s < 0.0:
-            raise ValueError("retarget.arm.first_branches must be >= 1 and branch_lookahead_s >= 0, got "
-                             f"{self.first_branches} and {self.branch_lookahead_s}")
+        if self.first_branches < 1 or self.branch_lookahead_s < 0.0 or self.restart_gap_s <= 0.0:
+            raise ValueError("retarget.arm.first_branches must be >= 1, branch_lookahead_s >= 0 and "
+                             f"restart_gap_s > 0, got {self.first_branches}, {self.branch_lookahead_s} and "
+                             f"{self.restart_gap_s}")
         if not 0.0 < self.reconfigure_speed_fraction <= 1.0:
             raise ValueError("retarget.arm.reconfigure_speed_fraction must be in (0, 1], "
                              f"got {self.reconfigure_speed_fraction}")
@@ -507,25 +517,75 @@ def _step_solver(emb: Embodiment, tcp_targets: FloatArray, ts_s: FloatArray,
     return solve
 
 
+def _runs(valid: BoolArray, ts_s: FloatArray, gap_s: float) -> list[BoolArray]:
+    """Masks ``(F,)`` of the runs of valid steps ``(F,)`` parted by more than ``gap_s`` s without a hand."""
+    steps = np.flatnonzero(valid)
+    runs = []
+    for part in np.split(steps, np.flatnonzero(np.diff(ts_s[steps]) > gap_s) + 1):
+        mask = np.zeros(len(valid), dtype=bool)
+        mask[part] = True
+        runs.append(mask)
+    return runs
+
+
+def _after_gap(emb: Embodiment, tcp_targets: FloatArray, ts_s: FloatArray, opts: RetargetOptions,
+               last: int, q_last: FloatArray, run: BoolArray, start: tuple[int, FloatArray]) -> FloatArray:
+    """Candidate joints ``(B, J)`` of a run's start step after a gap: the continuation, then the branches.
+
+    The continuation solves the start step from the joints ``q_last`` of step ``last`` (the step before
+    the gap) within its speed box; the branches (`_start`) follow when the arm can reach them from
+    ``q_last`` at its speed limits by the run's first step.
+    """
+    first, branches = start
+    time_s = ts_s[first] - ts_s[last]
+    bounds = (np.maximum(emb.lower, q_last - emb.velocity * time_s)[None],
+              np.minimum(emb.upper, q_last + emb.velocity * time_s)[None])
+    continuation = solve_pose_ik(emb.model, 0, tcp_targets[first][None], q_last[None], bounds, opts.ik,
+                                 emb.home, emb.ee_from_tcp, orientation=orientation_task(emb)).joint_positions
+    in_time = np.all(np.abs(branches - q_last) <= emb.velocity * (ts_s[np.argmax(run)] - ts_s[last]), axis=1)
+    return np.vstack([continuation, branches[in_time]])
+
+
+def _pick_branch(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray, ts_s: FloatArray,
+                 opts: RetargetOptions, first: int, branches: FloatArray) -> FloatArray:
+    """Of candidate joints ``(B, J)`` for step ``first``, the one that keeps the most steps within reach.
+
+    Over the next ``branch_lookahead_s``, each tracked as the whole trajectory is; ties: the earlier.
+    """
+    if len(branches) == 1:
+        return branches[0]
+    end = int(np.searchsorted(ts_s, ts_s[first] + opts.branch_lookahead_s, side="right"))
+    steps = int(valid[first:end].sum())
+    kept: list[int] = []
+    for q in branches:  # the first of the best wins, so the others are tried only when the first misses
+        ahead = solve_in_chunks(_step_solver(emb, tcp_targets, ts_s, opts), q, first, valid[:end],
+                                ts_s[:end], emb, opts.chunk_frames)
+        kept.append(int(_reached(emb, ahead[first:], tcp_targets[first:end], valid[first:end]).sum()))
+        if kept[0] == steps:
+            break
+    logger.debug("%s: branches at step %d keep %s of %d steps within reach", emb.name, first, kept, steps)
+    return branches[int(np.argmax(kept))]
+
+
 def _ik_joints(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray, ts_s: FloatArray,
                opts: RetargetOptions) -> FloatArray:
-    """The IK's joints per step ``(F, J)``, within joint and speed limits (see the module's Algorithm)."""
-    first, branches = _start(emb, tcp_targets, valid, ts_s, opts)
-    q_first = branches[0]
-    if len(branches) > 1:
-        end = int(np.searchsorted(ts_s, ts_s[first] + opts.branch_lookahead_s, side="right"))
-        steps = int(valid[first:end].sum())
-        kept: list[int] = []
-        for q in branches:  # the first of the best wins, so the others are tried only when the first misses
-            ahead = solve_in_chunks(_step_solver(emb, tcp_targets, ts_s, opts), q, first, valid[:end],
-                                    ts_s[:end], emb, opts.chunk_frames)
-            kept.append(int(_reached(emb, ahead[first:], tcp_targets[first:end], valid[first:end]).sum()))
-            if kept[0] == steps:
-                break
-        q_first = branches[int(np.argmax(kept))]
-        logger.debug("%s: first-step branches keep %s of %d steps within reach", emb.name, kept, steps)
-    return solve_in_chunks(_step_solver(emb, tcp_targets, ts_s, opts), q_first, first, valid, ts_s, emb,
-                           opts.chunk_frames)
+    """The IK's joints per step ``(F, J)``, within joint and speed limits (see the module's Algorithm).
+
+    Run by run (`_runs`): each run starts on the branch `_pick_branch` chooses (after a gap, among
+    `_after_gap`'s candidates) and is tracked in chunks; the gaps between runs are bridged at the speed
+    limits (`rate_limit`).
+    """
+    q = np.full((len(ts_s), emb.model.num_joints), np.nan)
+    last = -1
+    for run in _runs(valid, ts_s, opts.restart_gap_s):
+        first, branches = _start(emb, tcp_targets, run, ts_s, opts)
+        if last >= 0:
+            branches = _after_gap(emb, tcp_targets, ts_s, opts, last, q[last], run, (first, branches))
+        q_first = _pick_branch(emb, tcp_targets, run, ts_s, opts, first, branches)
+        q[run] = solve_in_chunks(_step_solver(emb, tcp_targets, ts_s, opts), q_first, first, run, ts_s, emb,
+                                 opts.chunk_frames)[run]
+        last = int(np.flatnonzero(run)[-1])
+    return rate_limit(q, ts_s, emb.velocity, (emb.lower, emb.upper))
 
 
 def _residuals(emb: Embodiment, tcp_targets: FloatArray, valid: BoolArray) -> Residuals:

@@ -9,7 +9,7 @@ import pytest
 
 from pose_core.errors import EgolakeError, ShapeError
 from pose_core.geometry.rigid3 import so3_exp
-from pose_core.retarget.arm import RetargetOptions, false_runs, retarget_wrist_trajectory
+from pose_core.retarget.arm import RetargetOptions, RetargetResult, false_runs, retarget_wrist_trajectory
 from pose_core.retarget.embodiment import Embodiment
 from pose_core.retarget.ik import pose_errors
 from pose_core.retarget.placement import (
@@ -182,9 +182,17 @@ class TestFirstBranch:
 
 
 class TestPipelineHand:
-    """A hand path from the pipeline's own output, kept as a file (`data/panda_elbow_at_limit.npz`):
-    the left hand of the retarget bench's synth_table_3 (`bench/retarget_pipeline.py`) in the base frame
-    its search chose (``base_from_wrist (F, 4, 4)``, NaN without a hand; ``ts_s (F,)``)."""
+    """Hand paths from the pipeline's own output (`bench/retarget_pipeline.py`), kept as files in `data/`:
+    a left hand in the base frame the search chose (``base_from_wrist (F, 4, 4)``, NaN without a hand;
+    ``ts_s (F,)``)."""
+
+    @staticmethod
+    def _retarget(name: str, shared_data: Path, opts: RetargetOptions) -> RetargetResult:
+        panda = load_embodiment(PROFILES / "panda.yaml", shared_data / "robots")
+        data = np.load(Path(__file__).parent / "data" / f"{name}.npz")
+        ts = data["ts_s"]
+        return retarget_wrist_trajectory(panda, data["base_from_wrist"], np.full(len(ts), 0.05), ts, opts,
+                                         world_from_base=np.eye(4))
 
     @pytest.mark.slow
     def test_the_fit_keeps_the_tool_on_a_path_that_folds_the_elbow_against_its_limit(
@@ -192,14 +200,22 @@ class TestPipelineHand:
         """The Panda's elbow sits on its limit for seconds and the IK's joints jitter in the null space
         beyond its accelerations. With one fixed ADMM penalty, the fit's QP ended up to 0.4 rad outside
         the joint limits, and projecting each joint back on its own lost the tool: 138 of 189 steps
-        reached (the IK's joints reach 167). The penalty adapts now (`_admm`)."""
-        panda = load_embodiment(PROFILES / "panda.yaml", shared_data / "robots")
-        data = np.load(Path(__file__).parent / "data" / "panda_elbow_at_limit.npz")
-        ts = data["ts_s"]
-        result = retarget_wrist_trajectory(panda, data["base_from_wrist"], np.full(len(ts), 0.05), ts,
-                                           RetargetOptions(), world_from_base=np.eye(4))
+        reached (the IK's joints reach 167). The penalty adapts now (`_admm`). synth_table_3's left hand."""
+        result = self._retarget("panda_elbow_at_limit", shared_data, RetargetOptions())
         assert result.valid.sum() == 189
         assert result.reachable.sum() >= 0.9 * result.valid.sum()
+        assert result.limit_violations == result.velocity_violations == result.acceleration_violations == 0
+
+    @pytest.mark.slow
+    def test_a_hand_back_after_a_gap_chooses_its_branch_again(self, shared_data: Path) -> None:
+        """synth_hard_14's left hand: unseen for 9 s, it comes back for its last 87 steps. Going on from
+        the joints it left with, the Panda's wrist ran out of range (21 of the 87 reached, the closing
+        axis up to 85 degrees off; 64 of the hand's 137 steps); choosing the branch again as at the first
+        step (`restart_gap_s`), it reaches all 87 (131 of 137)."""
+        result = self._retarget("panda_hand_back_after_gap", shared_data, RetargetOptions())
+        back = slice(513, 600)
+        assert result.valid[back].all() and not result.valid[back.start - 1]
+        assert result.reachable[back].sum() >= 0.95 * 87
         assert result.limit_violations == result.velocity_violations == result.acceleration_violations == 0
 
 
