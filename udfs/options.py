@@ -246,6 +246,10 @@ class QAOptions:
     jpeg_quality: int = 60
     # At most this many sparse scene points in the world view (evenly subsampled).
     max_scene_points: int = 4000
+    # Scene points farther than this many times their median distance from the camera path's median
+    # centre are left out of the world view: a few badly triangulated points thousands of map units away
+    # set its scale and shrank the camera path to a dot. 0 keeps every point.
+    scene_points_max_distance: float = 4.0
     # A camera frustum is drawn along the trajectory every this many seconds.
     frustum_every_s: float = 0.5
     # Frustum depth as a fraction of the trajectory's extent.
@@ -260,5 +264,7 @@ class QAOptions:
             raise ValueError(
                 "qa: max_page_frames >= 1, page_image_px >= 32 and jpeg_quality in 1..100 needed"
             )
-        if self.frustum_every_s <= 0 or self.wrist_horizon_s <= 0 or self.max_scene_points < 0:
-            raise ValueError("qa: frustum_every_s and wrist_horizon_s must be > 0, max_scene_points >= 0")
+        if (self.frustum_every_s <= 0 or self.wrist_horizon_s <= 0 or self.max_scene_points < 0
+                or self.scene_points_max_distance < 0):
+            raise ValueError("qa: frustum_every_s and wrist_horizon_s must be > 0, max_scene_points and "
+                             "scene_points_max_distance >= 0")

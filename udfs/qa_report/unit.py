@@ -179,18 +179,32 @@ def _render(
         fh.write(jpegs[len(jpegs) // 2])
     points = t[BA_POINTS.name]["x_in_world_mu"].dropna()
     pts = list_column(points, 3)
-    pts = pts * view.metres_per_unit
+    pts = pts[np.isfinite(pts).all(axis=1)] * view.metres_per_unit
+    if opts.scene_points_max_distance > 0 and np.any(view.tracked):
+        pts = near_path(pts, view.world_from_cam[view.tracked, :3, 3], opts.scene_points_max_distance)
     if len(pts) > opts.max_scene_points:
         pts = pts[np.linspace(0, len(pts) - 1, opts.max_scene_points).round().astype(int)]
     cams = t[CAMERAS.name]
     return PageMedia(
         jpegs=jpegs,
         jpeg_frame=np.asarray(jpeg_frame, np.int64),
-        points=pts[np.isfinite(pts).all(axis=1)],
+        points=pts,
         camera=camera_from_row(cams) if len(cams) == 1 else None,
         actions=t[ACTIONS.name],
         arms=arm_sticks(view, t[ROBOT_INPUT.name]) if ROBOT_INPUT.name in t else {},
     )
+
+
+def near_path(points: NDArray[np.float64], centres: NDArray[np.float64],
+              factor: float) -> NDArray[np.float64]:
+    """The points ``(N, 3)`` within ``factor`` times their median distance of the cameras' median centre.
+
+    ``centres`` ``(C, 3)``: the world view's scene without the far outliers that would set its scale.
+    """
+    if len(points) == 0:
+        return points
+    distance = np.linalg.norm(points - np.median(centres, axis=0), axis=1)
+    return points[distance <= factor * np.median(distance)]
 
 
 def _extent(points: NDArray[np.float64]) -> float:

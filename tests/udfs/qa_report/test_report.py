@@ -119,3 +119,17 @@ def test_page_opens_in_chromium_and_the_cursor_moves_every_view(written):
         assert check.before[view].std() > 5, view  # not blank
         assert changed_pixels(check.before[view], check.after[view]) > 20, view
     assert check.index_rows == 1
+
+
+def test_scene_points_far_beyond_the_scene_leave_the_world_view():
+    """A real clip's map had a few points ~7000 map units away while its camera path spanned ~1.5: the
+    world view scaled to them and the path was a dot. Those points go; the scene around the path stays."""
+    from udfs.qa_report.unit import near_path
+
+    rng = np.random.default_rng(0)
+    centres = rng.uniform(-0.5, 0.5, (100, 3))
+    scene = rng.uniform(-3.0, 3.0, (500, 3))
+    far = np.array([[-7359.0, 20.0, 4.0], [1930.0, -5707.0, 0.0], [0.0, 0.0, 300.0]])
+    kept = near_path(np.vstack([scene, far]), centres, 4.0)
+    assert len(kept) == len(scene) and np.abs(kept).max() <= 3.0
+    assert len(near_path(np.empty((0, 3)), centres, 4.0)) == 0
