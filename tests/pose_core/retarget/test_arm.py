@@ -199,11 +199,12 @@ class TestPipelineHand:
             self, shared_data: Path) -> None:
         """The Panda's elbow sits on its limit for seconds and the IK's joints jitter in the null space
         beyond its accelerations. With one fixed ADMM penalty, the fit's QP ended up to 0.4 rad outside
-        the joint limits, and projecting each joint back on its own lost the tool: 138 of 189 steps
-        reached (the IK's joints reach 167). The penalty adapts now (`_admm`). synth_table_3's left hand."""
+        the joint limits, and projecting each joint back on its own lost the tool: 64 of these 85 steps
+        reached (138 of the whole hand's 189). The penalty adapts now (`_admm`): 85. synth_table_3's left
+        hand, steps 60-144."""
         result = self._retarget("panda_elbow_at_limit", shared_data, RetargetOptions())
-        assert result.valid.sum() == 189
-        assert result.reachable.sum() >= 0.9 * result.valid.sum()
+        assert result.valid.sum() == 85
+        assert result.reachable.sum() >= 0.95 * result.valid.sum()
         assert result.limit_violations == result.velocity_violations == result.acceleration_violations == 0
 
     @pytest.mark.slow
