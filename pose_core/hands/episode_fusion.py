@@ -24,6 +24,7 @@ from pose_core.hands.contact_scale import (
     HandScaleOptions,
     scale_from_hand_contact,
 )
+from pose_core.hands.estimator import palm_sizes
 from pose_core.hands.fusion import (
     SCALE_SOURCES,
     ScaleCandidate,
@@ -34,7 +35,7 @@ from pose_core.hands.fusion import (
     hold_hand_size,
 )
 from pose_core.hands.gaps import Gap, GapOptions, fill_gaps
-from pose_core.hands.temporal import TemporalOptions, smooth_hand_track
+from pose_core.hands.temporal import TemporalOptions, fit_ray_scales, smooth_hand_track
 from pose_core.hands.wearer import WearerAssignment, WearerOptions, assign_identities
 from pose_core.identities import is_wearer
 
@@ -274,7 +275,12 @@ def fuse_episode(
         trusted = np.zeros(n_frames, bool)
         trusted[pos[mine]] = trusted_obs[mine]
         centres, focal_px = metric_world_from_cam[:, :3, 3], float(frames.camera_k[0, 0])
-        dense = smooth_hand_track(dense, seen, frames.ts_s, centres, focal_px, opts.temporal)
+        ray_scale = np.ones(n_frames)
+        fits = keep[mine]
+        ray_scale[pos[mine]] = fit_ray_scales(
+            obs.residual_px[fits], palm_sizes(obs.keypoints_px[fits]), opts.temporal.residual_ray_power
+        )
+        dense = smooth_hand_track(dense, seen, frames.ts_s, centres, focal_px, opts.temporal, ray_scale)
         result = fill_gaps(
             frames.ts_s, dense, trusted, metric_world_from_cam, frames.camera_k, frames.image_size, opts.gaps
         )

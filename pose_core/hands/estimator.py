@@ -26,6 +26,7 @@ __all__ = [
     "Handedness",
     "RIGID_PALM",
     "check_frames",
+    "palm_sizes",
 ]
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,20 @@ FINGER_CHAINS: tuple[tuple[int, ...], ...] = (
 FINGER_BASES: tuple[int, ...] = (5, 9, 13, 17)
 #: Wrist and finger bases: rigid, unlike the fingers, whose fitted articulation can change between frames.
 RIGID_PALM: tuple[int, ...] = (0, *FINGER_BASES)
+
+
+def palm_sizes(keypoints: np.ndarray) -> np.ndarray:
+    """Palm size of each hand: mean wrist -> finger-base distance, in the keypoints' units.
+
+    Args:
+        keypoints: hands `(..., 21, D)` (pixels `D = 2`, metres `D = 3`).
+
+    Returns:
+        `(...)`.
+    """
+    to_bases = keypoints[..., list(FINGER_BASES), :] - keypoints[..., :1, :]
+    return np.linalg.norm(to_bases, axis=-1).mean(axis=-1)
+
 
 Handedness = Literal["left", "right"]
 

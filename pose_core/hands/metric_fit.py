@@ -26,7 +26,7 @@ import numpy as np
 from pose_core.errors import ShapeError
 from pose_core.geometry.camera import Camera
 from pose_core.hands.articulated import ArticulatedOptions, refine_articulated
-from pose_core.hands.estimator import FINGER_BASES, NUM_KEYPOINTS, HandObservation
+from pose_core.hands.estimator import NUM_KEYPOINTS, HandObservation, palm_sizes
 from pose_core.hands.skeleton import bone_lengths, canonical_palm_size, retarget
 
 __all__ = [
@@ -113,7 +113,7 @@ class HandFit:
 
 def palm_size(keypoints: np.ndarray) -> float:
     """Mean wrist -> finger-MCP distance of a hand `(21, 3)`, in its units."""
-    return float(np.mean(np.linalg.norm(keypoints[list(FINGER_BASES)] - keypoints[0], axis=-1)))
+    return float(palm_sizes(keypoints))
 
 
 def _invalid(shape_source: str, num: int) -> HandFit:

@@ -20,6 +20,13 @@ and a Rauch-Tung-Striebel smoother combines the frames:
   normalised innovation along the ray (a robust Kalman update), not allowed to pull the track;
   innovations across the ray are the hand moving and stay Gaussian, so the likelihood of a model
   too stiff for a quick reach stays low.
+- A fit that explains its own keypoints worse than the track's fits do has a depth in doubt: the
+  shape posed onto the keypoints does not match them, and its distance is what trades off the
+  mismatch. Its noise along the ray grows with its reprojection residual relative to the hand's size
+  in the image, over the track's median of that ratio (`residual_ray_power`). The gate above only
+  catches a single improbable depth; a real desk clip's right hand, grasping a glass, had fits
+  alternating for runs of 2-4 frames between 0.19 m at 8-10 px and 0.34-0.43 m at 17-22 px while its
+  size in the image stayed within 10 %, which the motion model alone followed as motion.
 - All 21 keypoints of a hand share one ray, one noise model and hence one gain: the hand's own
   articulation passes through unfiltered across the image and filtered along the ray with the rest
   of the hand.
@@ -39,7 +46,7 @@ from numpy.typing import NDArray
 from pose_core.errors import ShapeError
 from pose_core.geometry.motion_model import THIRD_DIFF_GAIN, constant_velocity_step, position_block
 
-__all__ = ["TemporalOptions", "TrackNoise", "estimate_track_noise", "smooth_hand_track"]
+__all__ = ["TemporalOptions", "TrackNoise", "estimate_track_noise", "fit_ray_scales", "smooth_hand_track"]
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
@@ -76,6 +83,11 @@ class TemporalOptions:
     outlier_chi2: float = 6.63
     # Fewest observations in a segment for the noise estimate; shorter tracks take the episode's.
     min_noise_samples: int = 8
+    # A fit whose reprojection residual over its palm size in the image is k > 1 times the track's
+    # median has its noise along the ray multiplied by k ** this (0: every fit alike). 2: the depth a
+    # misfit shape takes errs faster than the misfit grows (a real desk clip: twice the residual, twice
+    # the depth; see the module's docstring).
+    residual_ray_power: float = 2.0
 
     def __post_init__(self) -> None:
         if not 0 < self.accel_psd_min <= self.accel_psd_max or self.accel_psd_candidates < 1:
@@ -158,10 +170,29 @@ def _segments(ts_s: FloatArray, observed: BoolArray, max_gap_s: float) -> list[N
     return np.split(seen, cuts)
 
 
-def _measurement_noise(ray: FloatArray, rng: float, noise: TrackNoise) -> FloatArray:
-    """`(3, 3)` covariance, metres^2: `sigma_ray` along `ray`, `sigma_across` across it."""
-    s_ray, s_across = noise.sigma_ray_rel * rng, noise.sigma_across_rad * rng
+def _measurement_noise(ray: FloatArray, rng: float, noise: TrackNoise, ray_scale: float = 1.0) -> FloatArray:
+    """`(3, 3)` covariance, metres^2: `sigma_ray * ray_scale` along `ray`, `sigma_across` across it."""
+    s_ray, s_across = noise.sigma_ray_rel * rng * ray_scale, noise.sigma_across_rad * rng
     return s_across**2 * np.eye(3) + (s_ray**2 - s_across**2) * np.outer(ray, ray)
+
+
+def fit_ray_scales(residual_px: FloatArray, palm_px: FloatArray, power: float) -> FloatArray:
+    """Each fit's factor on its noise along the ray, `(N,)` >= 1, from its residual (see `TemporalOptions`).
+
+    Args:
+        residual_px: RMS reprojection residual of each fit, pixels, `(N,)`; NaN counts as typical.
+        palm_px: the hand's palm size in the image (mean wrist -> finger-base distance), pixels, `(N,)`.
+        power: `TemporalOptions.residual_ray_power`.
+    """
+    misfit = residual_px / np.maximum(palm_px, 1e-9)
+    known = np.isfinite(misfit)
+    if power <= 0 or not known.any():
+        return np.ones(len(residual_px))
+    typical = float(np.median(misfit[known]))
+    if typical <= 0:
+        return np.ones(len(residual_px))
+    ratio = np.where(known, misfit / typical, 1.0)
+    return np.maximum(ratio, 1.0) ** power
 
 
 def _across_loglik(innovation: FloatArray, cov: FloatArray, ray: FloatArray) -> float:
@@ -182,6 +213,7 @@ def _rts(  # noqa: PLR0914 - one filter pass and its smoother, kept together for
     noise: TrackNoise,
     q: FloatArray,
     gate: float,
+    ray_scale: FloatArray,
 ) -> tuple[FloatArray, FloatArray]:
     """Robust Kalman filter and RTS smoother over one segment.
 
@@ -193,6 +225,7 @@ def _rts(  # noqa: PLR0914 - one filter pass and its smoother, kept together for
         noise: measurement noise model.
         q: acceleration spectral density of each step (from the previous observation), m^2/s^3, `(N,)`.
         gate: gate of the normalised innovation along the ray (chi-square, 1 dof).
+        ray_scale: each observation's factor on the noise along its ray (`fit_ray_scales`), `(N,)`.
 
     Returns:
         (Smoothed positions `(N, 3, K)`, each observation's innovation log-likelihood across its ray
@@ -205,21 +238,22 @@ def _rts(  # noqa: PLR0914 - one filter pass and its smoother, kept together for
     trans = np.zeros((n, 6, 6))
     h = position_block()
     loglik = np.zeros(n)
-    r0 = _measurement_noise(rays[0], rng[0], noise)
+    r0 = _measurement_noise(rays[0], rng[0], noise, ray_scale[0])
     x_pred[0, :3], p_pred[0] = z[0], np.block([[r0, np.zeros((3, 3))], [np.zeros((3, 3)), np.eye(3) * 4.0]])
     for i in range(n):
         if i > 0:
             trans[i], process = constant_velocity_step(float(ts_s[i] - ts_s[i - 1]), float(q[i]))
             x_pred[i] = trans[i] @ x[i - 1]
             p_pred[i] = trans[i] @ p[i - 1] @ trans[i].T + process
-        r = _measurement_noise(rays[i], rng[i], noise)
+        r = _measurement_noise(rays[i], rng[i], noise, ray_scale[i])
         innovation = z[i] - x_pred[i, :3]
         s = p_pred[i, :3, :3] + r
         centre = innovation.mean(axis=1)
         along = float(centre @ rays[i])
         excess = along**2 / float(rays[i] @ s @ rays[i]) / gate
         if excess > 1.0:  # a depth the motion cannot explain: this fit's depth counts for less
-            s = s + (excess - 1.0) * (noise.sigma_ray_rel * rng[i]) ** 2 * np.outer(rays[i], rays[i])
+            s_ray = noise.sigma_ray_rel * rng[i] * ray_scale[i]
+            s = s + (excess - 1.0) * s_ray**2 * np.outer(rays[i], rays[i])
         if i > 0:
             loglik[i] = _across_loglik(centre, s, rays[i])
         gain = p_pred[i][:, :3] @ np.linalg.inv(s)
@@ -240,6 +274,7 @@ def _local_accel_psd(  # noqa: PLR0913, PLR0917 - the segment's arrays and the s
     noise: TrackNoise,
     grid: FloatArray,
     opts: TemporalOptions,
+    ray_scale: FloatArray,
 ) -> FloatArray:
     """Each step's acceleration spectral density `(N,)`: the grid's most likely within a window around it.
 
@@ -250,7 +285,10 @@ def _local_accel_psd(  # noqa: PLR0913, PLR0917 - the segment's arrays and the s
     stay noisy at rest), widened to the window's loosest choice so the smoother sees a reach coming.
     """
     terms = np.stack(
-        [_rts(ts_s, palm, rays, rng, noise, np.full(len(ts_s), q), opts.outlier_chi2)[1] for q in grid]
+        [
+            _rts(ts_s, palm, rays, rng, noise, np.full(len(ts_s), q), opts.outlier_chi2, ray_scale)[1]
+            for q in grid
+        ]
     )
     half = max(1, int(round(opts.model_window_s / 2 / max(float(np.median(np.diff(ts_s))), 1e-6))))
     kernel = np.ones(2 * half + 1)
@@ -267,6 +305,7 @@ def smooth_hand_track(
     centres: FloatArray,
     focal_px: float,
     opts: TemporalOptions | None = None,
+    ray_scale: FloatArray | None = None,
 ) -> FloatArray:
     """One hand's world-frame keypoints smoothed by the motion model (see the module's docstring).
 
@@ -277,6 +316,8 @@ def smooth_hand_track(
         centres: camera centres at those frames, world frame, metres, `(F, 3)`.
         focal_px: focal length of the images the hands were fitted in, pixels.
         opts: settings.
+        ray_scale: each frame's factor on its fit's noise along the ray (`fit_ray_scales`), `(F,)`;
+            None: 1 for every frame.
 
     Returns:
         Smoothed keypoints `(F, 21, 3)`; unobserved frames unchanged.
@@ -289,15 +330,16 @@ def smooth_hand_track(
     if not opts.enabled:
         return out
     noise = estimate_track_noise(keypoints, observed, centres, opts, focal_px)
+    scales = np.ones(f) if ray_scale is None else np.asarray(ray_scale, np.float64)
     grid = np.geomspace(opts.accel_psd_min, opts.accel_psd_max, opts.accel_psd_candidates)
     for seg in _segments(ts_s, observed, opts.max_gap_s):
         if len(seg) < 3:
             continue
         rays, rng = _palm_rays(keypoints[seg], centres[seg])
         palm = keypoints[seg][:, _PALM].mean(axis=1)[:, :, None]
-        q = _local_accel_psd(ts_s[seg], palm, rays, rng, noise, grid, opts)
+        q = _local_accel_psd(ts_s[seg], palm, rays, rng, noise, grid, opts, scales[seg])
         smoothed, _ = _rts(
-            ts_s[seg], keypoints[seg].transpose(0, 2, 1), rays, rng, noise, q, opts.outlier_chi2
+            ts_s[seg], keypoints[seg].transpose(0, 2, 1), rays, rng, noise, q, opts.outlier_chi2, scales[seg]
         )
         out[seg] = smoothed.transpose(0, 2, 1)
     return out

@@ -33,7 +33,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from pose_core.errors import ShapeError
-from pose_core.hands.estimator import FINGER_BASES, RIGID_PALM
+from pose_core.hands.estimator import RIGID_PALM, palm_sizes
 from pose_core.identities import bystander_hand, wearer_hand
 
 __all__ = ["WearerAssignment", "WearerOptions", "assign_identities", "bystander_evidence", "side_evidence"]
@@ -126,9 +126,7 @@ def _unit(vectors: np.ndarray) -> np.ndarray:
 
 def _palm_px(keypoints_px: np.ndarray) -> np.ndarray:
     """Hand size in the image: mean wrist -> finger-base distance, pixels, `(N,)`."""
-    return np.maximum(
-        np.linalg.norm(keypoints_px[:, list(FINGER_BASES)] - keypoints_px[:, :1], axis=-1).mean(axis=-1), 1.0
-    )
+    return np.maximum(palm_sizes(keypoints_px), 1.0)
 
 
 def bystander_evidence(
