@@ -13,7 +13,10 @@ the pipeline runs them. Scores:
 - identities, `other` identities, fusion's new-track marks (`new_tracks`), and observations farther
   than `POSITION_TOLERANCE` from every labelled hand (`unmatched`, on frames with positions);
 - the QA checks on hands (`pose_core.qa`, default thresholds): identity switches, wearer-hand
-  coverage, hand jitter; the camera checks are left out (the poses here are held still).
+  coverage, hand jitter; the camera checks are left out (the poses here are held still);
+- `palm_accel_p95_mps2`, `palm_accel_max_mps2`: the wearer hands' palm acceleration (second difference
+  over three consecutive observed frames, camera held still): a hand at a desk rarely passes
+  10-20 m/s^2, so the high end measures depth fits that jump from frame to frame.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import pandas as pd
 
 from bench.report import SHARED_DATA
 from pose_core.hands import FusionOptions
+from pose_core.hands.estimator import RIGID_PALM
 from pose_core.qa.flags import QAThresholds, evaluate_episode
 from udfs.fusion import fuse_hands
 from udfs.hands import hands_for_shard
@@ -196,6 +200,22 @@ def _qa_hands(run: ClipRun) -> dict[str, float | str]:
     }
 
 
+def _palm_accelerations(world: pd.DataFrame, fps: float) -> np.ndarray:
+    """Palm accelerations of the wearer's observed hands over consecutive frames, m/s^2, `(K,)`."""
+    out = [np.zeros(0)]
+    observed = world[~world["filled"].astype(bool)].sort_values("frame_idx")
+    for identity, rows in observed.groupby("identity"):
+        if not str(identity).startswith("wearer_"):
+            continue
+        frame = rows["frame_idx"].to_numpy()
+        palm = np.stack([np.asarray(k, np.float64).reshape(21, 3)[list(RIGID_PALM)].mean(axis=0)
+                         for k in rows["keypoints_world_m"]])  # fmt: skip
+        triple = np.flatnonzero(frame[2:] - frame[:-2] == 2)
+        second = palm[triple + 2] - 2 * palm[triple + 1] + palm[triple]
+        out.append(np.linalg.norm(second, axis=1) * fps**2)
+    return np.concatenate(out)
+
+
 def score(labels: ClipLabels, run: ClipRun) -> dict[str, float | int | str]:
     """Recall, identity and QA figures of one clip (see the module docstring)."""
     world = run.hands_world
@@ -211,6 +231,9 @@ def score(labels: ClipLabels, run: ClipRun) -> dict[str, float | int | str]:
     def recall(mask: np.ndarray) -> float | str:
         return round(float(found[mask].mean()), 3) if mask.any() else "-"
 
+    fps = 1.0 / float(np.median(np.diff(run.frames["ts_s"].to_numpy())))
+    accel = _palm_accelerations(world, fps)
+
     return {
         "labelled_frames": len(labels.frame_idx),
         "frame_recall": round(float(frame_found[any_visible].mean()), 3),
@@ -222,5 +245,7 @@ def score(labels: ClipLabels, run: ClipRun) -> dict[str, float | int | str]:
         "new_tracks": int(observed["identity_switch"].astype(bool).sum()),
         "unmatched": unmatched,
         "hands_cpu_ms_per_frame": round(1000 * run.cpu_s / len(run.frames), 1),
+        "palm_accel_p95_mps2": round(float(np.percentile(accel, 95)), 1) if len(accel) else "-",
+        "palm_accel_max_mps2": round(float(accel.max()), 1) if len(accel) else "-",
         **_qa_hands(run),
     }
