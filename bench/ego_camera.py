@@ -9,6 +9,10 @@ and is replayed). Without ground truth, the figures are the path's own: QA's `po
 second difference over RMS first difference of the centres; white noise gives ~1.7, a smooth path
 well below 1; QA fails an episode above 1.2), the largest frame-to-frame step over the median one,
 and the frames whose step is more than 10 median steps (jumps a head cannot make in 1/30 s).
+`unobserved_kf_moves` counts consecutive keyframes (one map) whose shared observations fit a pure
+rotation (median rotation-compensated parallax under 0.1 deg: no translation the images can see)
+while global BA puts their centres more than 10 median frame steps apart; `worst_kf_move` names
+the farthest such pair (frames, parallax, distance in median steps): translation BA made up.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import pandas as pd
 from bench.report import NOTES_MARKER, SHARED_DATA, kept_notes, provenance
 from pose_core.camera_poses.completion import CompletionOptions
 from pose_core.camera_poses.path_smoothing import PathSmoothingOptions
+from pose_core.camera_poses.twoview import parallax_deg, rotation_between
 from pose_core.qa.flags import path_jitter
 from udfs.camera_tables import world_from_cam_from_columns
 from udfs.episode_units import episode_tables
@@ -32,6 +37,7 @@ from udfs.options import DecodeOptions, HandsOptions
 
 CLIPS = SHARED_DATA / "ego_clips"
 JUMP_STEPS = 10.0
+PURE_ROTATION_DEG = 0.1
 
 
 def _figures(poses: pd.DataFrame) -> dict[str, float | int | str]:
@@ -45,7 +51,33 @@ def _figures(poses: pd.DataFrame) -> dict[str, float | int | str]:
         "pose_jitter": round(path_jitter(wfc[:, :3, 3])[0], 2),
         "max_step_over_median": round(float(steps.max() / median), 1),
         "jumps": int((steps > JUMP_STEPS * median).sum()),
+        "median_step": median,
     }
+
+
+def _unobserved_moves(tables: dict[str, pd.DataFrame], median_step: float) -> dict[str, int | str]:
+    """Consecutive keyframes whose images show only a rotation, yet far apart after global BA."""
+    kfs = tables["keyframe_poses"].sort_values("frame_idx")
+    wfc = world_from_cam_from_columns(kfs["world_from_cam_q_wxyz"], kfs["world_from_cam_t_mu"])
+    rows = list(kfs.itertuples(index=False))
+    moves = []
+    for i in range(len(rows) - 1):
+        a, b = rows[i], rows[i + 1]
+        if a.segment_id != b.segment_id:
+            continue
+        _, ia, ib = np.intersect1d(
+            np.asarray(a.obs_point_idx), np.asarray(b.obs_point_idx), return_indices=True
+        )
+        if len(ia) < 3:
+            continue
+        xy_a = np.asarray(list(a.obs_xy), np.float64).reshape(-1, 2)[ia]
+        xy_b = np.asarray(list(b.obs_xy), np.float64).reshape(-1, 2)[ib]
+        parallax = float(np.median(parallax_deg(xy_a, xy_b, rotation_between(xy_a, xy_b))))
+        steps = float(np.linalg.norm(wfc[i + 1, :3, 3] - wfc[i, :3, 3]) / median_step)
+        if parallax < PURE_ROTATION_DEG and steps > JUMP_STEPS:
+            pair = f"{int(a.frame_idx)}-{int(b.frame_idx)}"
+            moves.append((steps, f"{pair}: {parallax:.2f} deg, {steps:.0f} steps"))
+    return {"unobserved_kf_moves": len(moves), "worst_kf_move": max(moves)[1] if moves else "-"}
 
 
 def run_clip(path: Path) -> list[dict]:
@@ -61,8 +93,10 @@ def run_clip(path: Path) -> list[dict]:
     rows = []
     for setting, enabled in (("motion model (default)", True), ("without", False)):
         options = replace(CompletionOptions(), path=PathSmoothingOptions(enabled=enabled))
-        poses = episode_tables(str(path), hands_unit=hands, completion=options)["camera_poses"]
-        rows.append({"clip": path.name, "completion.path": setting, **_figures(poses)})
+        tables = episode_tables(str(path), hands_unit=hands, completion=options)
+        figures = _figures(tables["camera_poses"])
+        moves = _unobserved_moves(tables, float(figures.pop("median_step")))
+        rows.append({"clip": path.name, "completion.path": setting, **figures, **moves})
     return rows
 
 
