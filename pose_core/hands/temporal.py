@@ -25,7 +25,7 @@ and a Rauch-Tung-Striebel smoother combines the frames:
   mismatch. Its noise along the ray grows with its reprojection residual relative to the hand's size
   in the image, over the track's median of that ratio (`residual_ray_power`). The gate above only
   catches a single improbable depth; a real desk clip's right hand, grasping a glass, had fits
-  alternating for runs of 2-4 frames between 0.19 m at 8-10 px and 0.34-0.43 m at 17-22 px while its
+  alternating for runs of 1-4 frames between 0.19 m at 8-10 px and 0.34-0.43 m at 17-22 px while its
   size in the image stayed within 10 %, which the motion model alone followed as motion.
 - All 21 keypoints of a hand share one ray, one noise model and hence one gain: the hand's own
   articulation passes through unfiltered across the image and filtered along the ray with the rest
@@ -170,7 +170,7 @@ def _segments(ts_s: FloatArray, observed: BoolArray, max_gap_s: float) -> list[N
     return np.split(seen, cuts)
 
 
-def _measurement_noise(ray: FloatArray, rng: float, noise: TrackNoise, ray_scale: float = 1.0) -> FloatArray:
+def _measurement_noise(ray: FloatArray, rng: float, noise: TrackNoise, ray_scale: float) -> FloatArray:
     """`(3, 3)` covariance, metres^2: `sigma_ray * ray_scale` along `ray`, `sigma_across` across it."""
     s_ray, s_across = noise.sigma_ray_rel * rng * ray_scale, noise.sigma_across_rad * rng
     return s_across**2 * np.eye(3) + (s_ray**2 - s_across**2) * np.outer(ray, ray)
