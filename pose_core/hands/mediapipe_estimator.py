@@ -18,10 +18,13 @@ does: each frame first runs the landmark model in the region predicted from the 
 keypoints (moved by the hand's last frame-to-frame motion), and runs the palm detector only while
 fewer than `max_num_hands` are tracked. Call `reset` between episodes.
 
-Two additions for first-person footage, where hands are often small, blurred or cut by the frame's
+Three additions for first-person footage, where hands are often small, blurred or cut by the frame's
 edge: a tracked hand is kept while its presence score stays above a lower threshold than a new
-hand needs (hysteresis), and the palm detector looks, besides the whole frame, at zoomed square
-windows that reach beyond the frame's edges (`rois.detection_windows`). In image mode and on a
+hand needs (hysteresis); the palm detector looks, besides the whole frame, at zoomed square
+windows that reach beyond the frame's edges (`rois.detection_windows`); and the landmark model
+itself looks for hands entering from the bottom edge with their palm out of view, in square regions
+along that edge (`rois.edge_regions`, one more detection view; regions holding a hand already found
+are left out). In image mode and on a
 video's first frame it looks at all of them; in video mode, while a hand is missing, at one view per
 frame, taking turns with the whole frame, and every other frame near where a tracked hand was just
 lost. On the ego clips the palm detector scores a blurred hand at the edge 0.3-0.4 on the whole
@@ -45,6 +48,7 @@ from pose_core.hands.rois import (
     crop_rect,
     decode_palms,
     detection_windows,
+    edge_regions,
     letterbox,
     palm_anchors,
     rect_from_keypoints,
@@ -107,9 +111,21 @@ class MediaPipeOptions:
     window_padding: float = 0.15
     # Least overlap of neighbouring windows, fraction of their side.
     window_overlap: float = 0.25
-    # Video mode: palm-detector runs per frame while fewer than `max_num_hands` are tracked. The views
-    # take turns: whole frame, window 1, whole frame, window 2, ... (MediaPipe runs the whole frame
-    # every such frame: one run costs about as much as the landmark model on a tracked hand) ...
+    # Hands entering from the bottom edge with their palm out of view (the first-person wearer's, close
+    # to the camera) give the palm detector nothing to find: the landmark model itself looks for them in
+    # this many upright square regions side by side along the bottom edge (one detection view,
+    # `rois.edge_regions`); 0 disables ...
+    edge_probes: int = 5
+    # ... each region's side, fraction of the frame's short side ...
+    edge_probe_side: float = 1.0
+    # ... how far it reaches below the edge, fraction of its side ...
+    edge_probe_reach: float = 0.25
+    # ... and the presence score a hand found there needs (no palm detection vouches for it).
+    edge_probe_presence: float = 0.8
+    # Video mode: detection views per frame while fewer than `max_num_hands` are tracked. The views
+    # take turns: whole frame, window 1, whole frame, window 2, ..., then the bottom edge's regions
+    # (MediaPipe runs the whole frame every such frame: one run costs about as much as the landmark
+    # model on a tracked hand) ...
     detections_per_frame: int = 1
     # ... except for this many frames after a tracked hand was lost: then every other frame the window
     # nearest to where it was is searched first.
@@ -124,6 +140,12 @@ class MediaPipeOptions:
             raise ValueError(
                 "hands.estimator.mediapipe: need 0 <= min_tracking_presence <= min_presence_score <= 1, got "
                 f"{self.min_tracking_presence}, {self.min_presence_score}"
+            )
+        if self.edge_probes < 0 or self.edge_probe_side <= 0 or not 0 <= self.edge_probe_presence <= 1:
+            raise ValueError(
+                "hands.estimator.mediapipe: edge_probes >= 0, edge_probe_side > 0 and 0 <= "
+                f"edge_probe_presence <= 1 needed, got {self.edge_probes}, {self.edge_probe_side}, "
+                f"{self.edge_probe_presence}"
             )
         if self.window_fraction < 0 or not 0 <= self.window_overlap < 1 or self.detections_per_frame < 1:
             raise ValueError(
@@ -185,8 +207,13 @@ class _Stream:
 
 
 # A region the landmark model looks at: (region, least presence score to keep the hand, the tracked
-# hand it was predicted from or None for a palm detection).
+# hand it was predicted from or None for a detection).
 _Candidate = tuple[RotatedRect, float, "_Tracked | None"]
+
+# Where the detectors look: None for the palm detector on the whole frame, `(x0, y0, side)` for it in a
+# zoomed window, `EDGE` for the landmark model in the regions along the bottom edge.
+EDGE: Literal["edge"] = "edge"
+_View = tuple[float, float, float] | None | Literal["edge"]
 
 
 class MediaPipeHandEstimator:
@@ -268,14 +295,23 @@ class MediaPipeHandEstimator:
             active = [i for i, v in enumerate(views) if depth < len(v) and len(hands[i]) < opts.max_num_hands]
             if not active:
                 break
-            palms = self._detect_palms([images[i] for i in active], [views[i][depth] for i in active])
+            palm_views = [(i, view) for i in active if not isinstance(view := views[i][depth], str)]
+            palms = self._detect_palms([images[i] for i, _ in palm_views], [view for _, view in palm_views])
+            strong, weak = opts.min_tracking_presence, opts.min_presence_score
+            detected: dict[int, list[tuple[RotatedRect, float]]] = {
+                i: [(rect, strong if score >= opts.strong_palm_score else weak) for rect, score in found]
+                for (i, _), found in zip(palm_views, palms, strict=True)
+            }
+            for i in active:
+                if views[i][depth] == EDGE:
+                    edge = self._edge_regions(images[i], hands[i])
+                    detected[i] = [(rect, opts.edge_probe_presence) for rect in edge]
             fresh: list[list[_Candidate]] = [[] for _ in images]
-            for i, detected in zip(active, palms, strict=True):
+            for i, regions_found in detected.items():
                 kept = [_rect_box(rect_from_keypoints(h.keypoints_px)) for h in hands[i]]
-                strong, weak = opts.min_tracking_presence, opts.min_presence_score
                 fresh[i] = [
-                    (rect, strong if score >= opts.strong_palm_score else weak, None)
-                    for rect, score in detected
+                    (rect, least, None)
+                    for rect, least in regions_found
                     if all(_box_iou(_rect_box(rect), box) <= opts.duplicate_iou for box in kept)
                 ]  # fmt: skip
             self._add_hands(images, fresh, hands, sources)
@@ -305,19 +341,21 @@ class MediaPipeHandEstimator:
         stream.lost = lost + [(c, age + 1) for c, age in stream.lost if age + 1 < self.opts.reacquire_frames]
         stream.tracked = tracked
 
-    def _views(self, stream: _Stream, height: int, width: int) -> list[tuple[float, float, float] | None]:
-        """Where the palm detector looks this frame: None for the whole frame, else a zoomed window."""
+    def _views(self, stream: _Stream, height: int, width: int) -> list[_View]:
+        """Where the detectors look this frame (see `_View`)."""
         windows = detection_windows(
             height, width, self.opts.window_fraction, self.opts.window_padding, self.opts.window_overlap
         )
+        edge: list[_View] = [EDGE] if self.opts.edge_probes > 0 else []
         if self.opts.mode == "image" or stream.first_frame:
             stream.first_frame = False
-            return [None, *windows]
-        chosen: list[tuple[float, float, float] | None] = []
+            return [None, *windows, *edge]
+        chosen: list[_View] = []
         if stream.lost and windows and stream.lost[0][1] % 2 == 0:
             centres = np.array([[x + side / 2.0, y + side / 2.0] for x, y, side in windows])
             chosen.append(windows[int(np.argmin(np.linalg.norm(centres - stream.lost[0][0], axis=1)))])
-        cycle = [view for window in windows for view in (None, window)] or [None]
+        cycle: list[_View] = [view for window in windows for view in (None, window)] or [None]
+        cycle += edge
         while len(chosen) < self.opts.detections_per_frame:
             chosen.append(cycle[stream.next_view % len(cycle)])
             stream.next_view += 1
@@ -342,10 +380,10 @@ class MediaPipeHandEstimator:
             hands, sources, candidates, looks, strict=True
         ):
             for (_, min_presence, origin), hand in zip(image_candidates, image_looks, strict=True):
-                if len(image_hands) >= self.opts.max_num_hands:
-                    break
                 if hand.score < min_presence:
                     continue
+                if len(image_hands) >= self.opts.max_num_hands:
+                    break
                 box = _box(hand.keypoints_px)
                 others = [_box(other.keypoints_px) for other in image_hands]
                 dup, cover = self.opts.duplicate_iou, self.opts.part_cover
@@ -379,6 +417,21 @@ class MediaPipeHandEstimator:
         bounds = np.cumsum([0, *(len(c) for c in candidates)])
         return [found[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
+    def _edge_regions(self, image: np.ndarray, found: list[HandObservation]) -> list[RotatedRect]:
+        """The bottom edge's regions that do not hold most (`part_cover`) of a hand already found.
+
+        The landmark model in such a region would find that hand again, or stretch a second one from its
+        fingers to the forearm at the edge.
+        """
+        o = self.opts
+        height, width = image.shape[:2]
+        boxes = [_box(hand.keypoints_px) for hand in found]
+        return [
+            rect
+            for rect in edge_regions(height, width, o.edge_probes, o.edge_probe_side, o.edge_probe_reach)
+            if all(_intersection(box, _rect_box(rect)) < o.part_cover * _area(box) for box in boxes)
+        ]
+
     def _detect_palms(
         self, images: list[np.ndarray], windows: list[tuple[float, float, float] | None]
     ) -> list[list[tuple[RotatedRect, float]]]:
@@ -387,6 +440,8 @@ class MediaPipeHandEstimator:
         Returns:
             Per image, the hand rectangles (pixels of the image) and palm scores.
         """
+        if not images:
+            return []
         size = self._palm_opts.input_size
         squares, scales, offsets = [], [], []
         for image, window in zip(images, windows, strict=True):

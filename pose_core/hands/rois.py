@@ -4,7 +4,8 @@ This is the geometry of MediaPipe's hand pipeline (SSD anchors of the 192x192 fu
 weighted non-maximum suppression, the rotated hand rectangle, and the rectangle that tracks a hand
 from its previous keypoints), written in pixels of the full image, plus the zoomed square windows
 (`detection_windows`, `square_crop`) in which the palm detector also looks for small hands and hands
-cut by the frame's edge.
+cut by the frame's edge, and the regions along the bottom edge in which the landmark model looks for
+hands whose palm is out of view (`edge_regions`).
 
 Convention: a `RotatedRect` with centre `c`, size `(w, h)` and angle `r` maps a point `(u, v)` of its
 own frame (centred, x right, y down, pixels) to the image at `c + R(r) @ (u, v)`, with
@@ -25,6 +26,7 @@ __all__ = [
     "crop_rect",
     "decode_palms",
     "detection_windows",
+    "edge_regions",
     "letterbox",
     "palm_anchors",
     "rect_from_keypoints",
@@ -185,6 +187,33 @@ def detection_windows(
         return np.linspace(-pad, extent + pad - side, count)
 
     return [(float(x), float(y), side) for y in starts(height) for x in starts(width)]
+
+
+def edge_regions(
+    height: int, width: int, count: int, side_fraction: float, reach: float
+) -> list[RotatedRect]:
+    """Upright square regions side by side along the frame's bottom edge, for the landmark model.
+
+    A first-person wearer's hand often enters from the bottom edge with its palm out of view, where
+    the palm detector has nothing to find; the landmark model, run in a region around the hand's
+    visible part, still finds it (its presence score is the detector).
+
+    Args:
+        height: frame height, pixels.
+        width: frame width, pixels.
+        count: number of regions (0 gives none); their centres are spread evenly across the width.
+        side_fraction: region side as a fraction of the frame's short side.
+        reach: how far each region reaches below the bottom edge, fraction of its side.
+
+    Returns:
+        The regions, left to right, in pixels of the frame.
+    """
+    if count <= 0:
+        return []
+    side = side_fraction * min(height, width)
+    cy = height + reach * side - side / 2.0
+    centres_x = (np.arange(count) + 0.5) * width / count
+    return [RotatedRect(float(cx), float(cy), side, side, 0.0) for cx in centres_x]
 
 
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ from pose_core.errors import ShapeError
 from pose_core.hands import FitOptions, HandObservation, fit_hand
 from pose_core.hands.articulated import ArticulatedOptions, refine_articulated
 from pose_core.hands.metric_fit import fit_keypoints
-from pose_core.hands.rois import detection_windows, square_crop
+from pose_core.hands.rois import detection_windows, edge_regions, square_crop
 from pose_core.hands.skeleton import BONES, bone_lengths, canonical_palm_size, retarget
 
 K = np.array([[500.0, 0.0, 320.0], [0.0, 500.0, 240.0], [0.0, 0.0, 1.0]])
@@ -38,6 +38,20 @@ class TestDetectionWindows:
 
     def test_none_when_disabled(self):
         assert detection_windows(480, 640, 0.0, 0.15, 0.25) == []
+
+
+class TestEdgeProbes:
+    @pytest.mark.parametrize(("height", "width"), [(480, 640), (298, 640), (720, 1280), (448, 448)])
+    def test_side_by_side_along_the_bottom_edge_reaching_below_it(self, height, width):
+        probes = edge_regions(height, width, 5, 1.0, 0.25)
+        side = min(height, width)
+        assert len(probes) == 5 and all(p.w == p.h == side and p.angle == 0.0 for p in probes)
+        np.testing.assert_allclose([p.cx for p in probes], (np.arange(5) + 0.5) * width / 5)
+        bottom = np.array([p.cy + p.h / 2 for p in probes])
+        np.testing.assert_allclose(bottom, height + 0.25 * side)  # a hand cut by the edge is off the border
+
+    def test_none_when_disabled(self):
+        assert edge_regions(480, 640, 0, 1.0, 0.25) == []
 
 
 class TestSquareCrop:

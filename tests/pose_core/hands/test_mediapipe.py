@@ -67,9 +67,10 @@ def test_hamer_images(estimator):
     logger.info("hamer images, hands found: %s", found)
     # test1: two people's right hands; test3: one of two interlaced hands; test5: both hands over the face.
     # test2 (hands on a trumpet, partly hidden): the right hand on the valves, found by a zoomed
-    # detection window and a second landmark pass (its skeleton is poor); the left hand under the casing
-    # and test4 (black gloves) are missed by this model.
-    assert found == {1: ["right", "right"], 2: ["right"], 3: ["right"], 4: [], 5: ["left", "right"]}
+    # detection window and a second landmark pass (its skeleton is poor); the left hand under the casing,
+    # entering from the bottom edge with its palm hidden, by the bottom edge's regions (its wrist below
+    # the image, its middle fingertip on the casing). test4 (black gloves) is missed by this model.
+    assert found == {1: ["right", "right"], 2: ["left", "right"], 3: ["right"], 4: [], 5: ["left", "right"]}
 
 
 @pytest.mark.slow
@@ -98,6 +99,31 @@ def test_real_video_hand_found_in_95_percent(tmp_path):
     mask = hand_mask([hand.keypoints_px], (640, 360))
     inside = mask[int(box[1]) : int(box[3]), int(box[0]) : int(box[2])].sum()
     assert mask.sum() == inside and 0.02 < mask.mean() < 0.3
+
+
+def test_a_hand_cut_by_the_bottom_edge_without_its_palm_is_found_by_the_edge_regions():
+    """egoloc cut to its top 62 % (a camera tilted up): the left hand shows only its fingers and the
+    back of the hand at the bottom edge (frames 150-179), which the palm detector never finds."""
+    frames = read_frames(DATA / "ego_clips" / "egoloc_desk_pour.mp4", count=180)[150:]
+    cut = np.ascontiguousarray(frames[:, : int(0.62 * frames.shape[1])])
+    width = cut.shape[2]
+
+    def left_found(edge_probes: int) -> float:
+        found = _estimator(MediaPipeOptions(mode="video", edge_probes=edge_probes)).estimate(cut, np.eye(3))
+        return float(np.mean([any(h.handedness == "left" and h.keypoints_px[0, 0] < width / 2 for h in f)
+                              for f in found]))  # fmt: skip
+
+    assert left_found(0) < 0.2
+    assert left_found(5) >= 0.9
+
+
+def test_the_edge_regions_do_not_find_a_hand_already_found_a_second_time():
+    """The webcam hand video's one hand fills the frame's middle down to the bottom edge; the landmark
+    model in an edge region holding it stretched a second hand from its fingers to the edge (frames
+    63-128) until regions holding most of a found hand were left out."""
+    est = _estimator(MediaPipeOptions(mode="video"))
+    found = est.estimate(read_frames(VIDEO, count=130)[55:], np.eye(3))
+    assert [len(hands) for hands in found] == [1] * 75
 
 
 @pytest.mark.parametrize(("mode", "lengths"), [("video", (8, 12, 6)), ("image", (2, 3, 1))])
