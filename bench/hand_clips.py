@@ -17,15 +17,20 @@ the pipeline runs them. Scores:
 - `palm_accel_p95_mps2`, `palm_accel_max_mps2`: the wearer hands' palm acceleration (second difference
   over three consecutive observed frames, camera held still): a hand at a desk rarely passes
   10-20 m/s^2, so the high end measures depth fits that jump from frame to frame.
+
+Hands cut by the frame's bottom edge (`run_cropped`): a clip cut to the top fraction of its rows, as a
+camera tilted up would see it; the labels keep the hands whose labelled palm centre stays in view.
 """
 
 from __future__ import annotations
 
 import csv
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pandas as pd
 
@@ -47,6 +52,7 @@ __all__ = [
     "ClipRun",
     "load_labels",
     "run_clip",
+    "run_cropped",
     "score",
 ]
 
@@ -126,10 +132,16 @@ class ClipRun:
     cpu_s: float
 
 
-def run_clip(name: str, hands: HandsOptions | None = None, fusion: FusionOptions | None = None) -> ClipRun:
-    """Run the hands and fusion udfs on clip `name` (a key of `CLIPS`)."""
+def run_clip(
+    name: str,
+    hands: HandsOptions | None = None,
+    fusion: FusionOptions | None = None,
+    video: Path | None = None,
+) -> ClipRun:
+    """Run the hands and fusion udfs on clip `name` (a key of `CLIPS`), read from `video` if given."""
     clip = CLIPS[name]
-    shard = pd.DataFrame([{"episode_id": name, "shard_idx": 0, "source_path": str(SHARED_DATA / clip.video),
+    source = str(video or SHARED_DATA / clip.video)
+    shard = pd.DataFrame([{"episode_id": name, "shard_idx": 0, "source_path": source,
                            "own_start": 0, "own_stop": clip.frames, "calibration_json": None}])  # fmt: skip
     cpu0 = time.process_time()
     rows = hands_for_shard(shard, hands or HandsOptions(), DecodeOptions())
@@ -145,6 +157,35 @@ def run_clip(name: str, hands: HandsOptions | None = None, fusion: FusionOptions
     width = int(rows["image_width"].iat[0]) if len(rows) else 0
     height = int(rows["image_height"].iat[0]) if len(rows) else 0
     return ClipRun(rows, world, frames, width, height, cpu)
+
+
+def run_cropped(name: str, keep: float, hands: HandsOptions | None = None) -> tuple[ClipLabels, ClipRun]:
+    """Clip `name` cut to the top `keep` of its rows (hands cut by the bottom edge): its labels, its run.
+
+    A labelled hand stays visible where its palm centre stays in view; palm centres are rescaled to the
+    cut frame. The cut clip is written to a temporary MPEG-4 file (one more lossy encode).
+    """
+    labels = load_labels(name)
+    y = labels.palm_xy[..., 1] / keep
+    stays = labels.visible & (np.isnan(y) | (y < 1.0))
+    cut_labels = replace(labels, visible=stays, palm_xy=np.stack([labels.palm_xy[..., 0], y], axis=-1))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "cut.mp4"
+        cap = cv2.VideoCapture(str(SHARED_DATA / CLIPS[name].video))
+        writer = None
+        while True:
+            ok, frame = cap.read()
+            if not ok:
+                break
+            frame = frame[: int(round(keep * frame.shape[0]))]
+            if writer is None:
+                size = (frame.shape[1], frame.shape[0])
+                writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), CLIPS[name].fps, size)
+            writer.write(frame)
+        cap.release()
+        if writer is not None:
+            writer.release()
+        return cut_labels, run_clip(name, hands, video=path)
 
 
 def _palm_centres(run: ClipRun, observed: pd.DataFrame) -> np.ndarray:
