@@ -162,12 +162,13 @@ def run_clip(
 def run_cropped(name: str, keep: float, hands: HandsOptions | None = None) -> tuple[ClipLabels, ClipRun]:
     """Clip `name` cut to the top `keep` of its rows (hands cut by the bottom edge): its labels, its run.
 
-    A labelled hand stays visible where its palm centre stays in view; palm centres are rescaled to the
-    cut frame. The cut clip is written to a temporary MPEG-4 file (one more lossy encode).
+    A labelled hand stays visible where its labelled palm centre stays in view (a hand labelled visible
+    without a position is left out: whether it stays in view is not known); palm centres are rescaled
+    to the cut frame. The cut clip is written to a temporary MPEG-4 file (one more lossy encode).
     """
     labels = load_labels(name)
     y = labels.palm_xy[..., 1] / keep
-    stays = labels.visible & (np.isnan(y) | (y < 1.0))
+    stays = labels.visible & (y < 1.0)  # NaN compares False
     cut_labels = replace(labels, visible=stays, palm_xy=np.stack([labels.palm_xy[..., 0], y], axis=-1))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "cut.mp4"
