@@ -50,7 +50,7 @@ BEFORE_ESTIMATOR = MediaPipeOptions(
     strong_palm_score=1.0,
     refine_presence=1.0,
     predict_motion=False,
-    edge_probes=0,
+    edge_region_count=0,
 )
 #: The fit before: the model's own 3-D shape rescaled to the prior, posed rigidly.
 BEFORE_FIT = FitOptions(skeleton="model", articulated=ArticulatedOptions(enabled=False))
@@ -121,7 +121,7 @@ CUT_KEEP = (0.62, 0.5)
 
 def cut_clips() -> list[dict]:
     """The egoloc clip cut to its top rows (hands cut by the bottom edge), the edge regions off and on."""
-    off = HandsOptions(estimator=EstimatorOptions(mediapipe=MediaPipeOptions(edge_probes=0)))
+    off = HandsOptions(estimator=EstimatorOptions(mediapipe=MediaPipeOptions(edge_region_count=0)))
     rows = []
     for keep in CUT_KEEP:
         for setting, hands in (("edge regions off", off), ("default", HandsOptions())):

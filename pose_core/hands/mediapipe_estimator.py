@@ -115,13 +115,13 @@ class MediaPipeOptions:
     # to the camera) give the palm detector nothing to find: the landmark model itself looks for them in
     # this many upright square regions side by side along the bottom edge (one detection view,
     # `rois.edge_regions`); 0 disables ...
-    edge_probes: int = 5
+    edge_region_count: int = 5
     # ... each region's side, fraction of the frame's short side ...
-    edge_probe_side: float = 1.0
+    edge_region_side: float = 1.0
     # ... how far it reaches below the edge, fraction of its side ...
-    edge_probe_reach: float = 0.25
+    edge_region_reach: float = 0.25
     # ... and the presence score a hand found there needs (no palm detection vouches for it).
-    edge_probe_presence: float = 0.8
+    edge_region_presence: float = 0.8
     # Video mode: detection views per frame while fewer than `max_num_hands` are tracked. The views
     # take turns: whole frame, window 1, whole frame, window 2, ..., then the bottom edge's regions
     # (MediaPipe runs the whole frame every such frame: one run costs about as much as the landmark
@@ -141,11 +141,12 @@ class MediaPipeOptions:
                 "hands.estimator.mediapipe: need 0 <= min_tracking_presence <= min_presence_score <= 1, got "
                 f"{self.min_tracking_presence}, {self.min_presence_score}"
             )
-        if self.edge_probes < 0 or self.edge_probe_side <= 0 or not 0 <= self.edge_probe_presence <= 1:
+        presence_ok = 0 <= self.edge_region_presence <= 1
+        if self.edge_region_count < 0 or self.edge_region_side <= 0 or not presence_ok:
             raise ValueError(
-                "hands.estimator.mediapipe: edge_probes >= 0, edge_probe_side > 0 and 0 <= "
-                f"edge_probe_presence <= 1 needed, got {self.edge_probes}, {self.edge_probe_side}, "
-                f"{self.edge_probe_presence}"
+                "hands.estimator.mediapipe: edge_region_count >= 0, edge_region_side > 0 and 0 <= "
+                f"edge_region_presence <= 1 needed, got {self.edge_region_count}, {self.edge_region_side}, "
+                f"{self.edge_region_presence}"
             )
         if self.window_fraction < 0 or not 0 <= self.window_overlap < 1 or self.detections_per_frame < 1:
             raise ValueError(
@@ -305,7 +306,7 @@ class MediaPipeHandEstimator:
             for i in active:
                 if views[i][depth] == EDGE:
                     edge = self._edge_regions(images[i], hands[i])
-                    detected[i] = [(rect, opts.edge_probe_presence) for rect in edge]
+                    detected[i] = [(rect, opts.edge_region_presence) for rect in edge]
             fresh: list[list[_Candidate]] = [[] for _ in images]
             for i, regions_found in detected.items():
                 kept = [_rect_box(rect_from_keypoints(h.keypoints_px)) for h in hands[i]]
@@ -346,7 +347,7 @@ class MediaPipeHandEstimator:
         windows = detection_windows(
             height, width, self.opts.window_fraction, self.opts.window_padding, self.opts.window_overlap
         )
-        edge: list[_View] = [EDGE] if self.opts.edge_probes > 0 else []
+        edge: list[_View] = [EDGE] if self.opts.edge_region_count > 0 else []
         if self.opts.mode == "image" or stream.first_frame:
             stream.first_frame = False
             return [None, *windows, *edge]
@@ -380,10 +381,10 @@ class MediaPipeHandEstimator:
             hands, sources, candidates, looks, strict=True
         ):
             for (_, min_presence, origin), hand in zip(image_candidates, image_looks, strict=True):
-                if hand.score < min_presence:
-                    continue
                 if len(image_hands) >= self.opts.max_num_hands:
                     break
+                if hand.score < min_presence:
+                    continue
                 box = _box(hand.keypoints_px)
                 others = [_box(other.keypoints_px) for other in image_hands]
                 dup, cover = self.opts.duplicate_iou, self.opts.part_cover
@@ -426,9 +427,10 @@ class MediaPipeHandEstimator:
         o = self.opts
         height, width = image.shape[:2]
         boxes = [_box(hand.keypoints_px) for hand in found]
+        regions = edge_regions(height, width, o.edge_region_count, o.edge_region_side, o.edge_region_reach)
         return [
             rect
-            for rect in edge_regions(height, width, o.edge_probes, o.edge_probe_side, o.edge_probe_reach)
+            for rect in regions
             if all(_intersection(box, _rect_box(rect)) < o.part_cover * _area(box) for box in boxes)
         ]
 

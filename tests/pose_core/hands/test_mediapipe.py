@@ -108,8 +108,8 @@ def test_a_hand_cut_by_the_bottom_edge_without_its_palm_is_found_by_the_edge_reg
     cut = np.ascontiguousarray(frames[:, : int(0.62 * frames.shape[1])])
     width = cut.shape[2]
 
-    def left_found(edge_probes: int) -> float:
-        found = _estimator(MediaPipeOptions(mode="video", edge_probes=edge_probes)).estimate(cut, np.eye(3))
+    def left_found(regions: int) -> float:
+        found = _estimator(MediaPipeOptions(mode="video", edge_region_count=regions)).estimate(cut, np.eye(3))
         return float(np.mean([any(h.handedness == "left" and h.keypoints_px[0, 0] < width / 2 for h in f)
                               for f in found]))  # fmt: skip
 
