@@ -119,7 +119,7 @@ def measure(name: str, frames: int, opts: RetargetStageOptions, robot_made: bool
     elif emb.kind == "hand":
         row["vector_err_mean_mm"] = round(1e3 * float(out["ee_error_m"].mean()), 2)
     else:
-        missed = out[~out["reachable"]]
+        missed = out[~out["reachable"].astype(bool)]  # an object column: `~` alone is bitwise
         if len(missed):
             pos_mm, rot_deg = 1e3 * missed["ee_error_m"], np.degrees(missed["ee_error_rad"])
             row.update({"miss_pos_err_median_mm": round(float(pos_mm.median()), 1),

@@ -70,6 +70,12 @@ class IKOptions:
     orientation_tol_rad: float = 1e-3
     # A row whose largest joint step falls below this counts as settled (orientation out of reach).
     step_tol: float = 1e-6
+    # A row also counts as settled when an iteration brought neither its position error down by this
+    # fraction of position_tol_m nor its orientation error by this fraction of orientation_tol_rad: a
+    # target out of reach, or an orientation a 5-DoF arm cannot take. Its tasks settle within a few
+    # iterations; the rest only drift in their null space (the posture pull) at the full iteration cost.
+    # 0: off. Not with a `toward` task, whose progress is in the null space.
+    stall_fraction: float = 0.1
     # Largest change of any joint per iteration from the secondary (orientation) task, rad or m: its
     # null-space motion keeps the position only to first order, so long strides make the two tasks
     # take turns (a limit cycle) instead of converging.
@@ -302,6 +308,8 @@ def solve_pose_ik(  # noqa: PLR0913, PLR0917 - model, target, seed, bounds, opti
     lower, upper = bounds
     q = np.clip(seed, lower, upper)
     active = np.ones(len(q), dtype=bool)
+    last_errors = np.full((len(q), 2), np.inf)  # position, orientation error of each row's last iteration
+    stall = opts.stall_fraction * np.array([opts.position_tol_m, opts.orientation_tol_rad])
     iterations = 0
     for iterations in range(1, opts.max_iters + 1):  # noqa: B007 - the count is reported
         poses, jacs = model.forward_with_jacobians(q[active])
@@ -322,9 +330,12 @@ def solve_pose_ik(  # noqa: PLR0913, PLR0917 - model, target, seed, bounds, opti
         dq = bounded_dls_step(jac[:, :3], e_p, secondary, err_secondary, q[active],
                               (lower[active], upper[active]), opts, rest)
         q[active] = np.clip(q[active] + dq, lower[active], upper[active])  # no rounding past a bound
-        done = ((np.linalg.norm(e_p, axis=1) < opts.position_tol_m)
-                & (np.linalg.norm(e_r, axis=1) < opts.orientation_tol_rad)) | (
+        errors = np.stack([np.linalg.norm(e_p, axis=1), np.linalg.norm(e_r, axis=1)], axis=1)
+        done = np.all(errors < [opts.position_tol_m, opts.orientation_tol_rad], axis=1) | (
             np.max(np.abs(dq), axis=1) < opts.step_tol)
+        if toward is None and opts.stall_fraction > 0:
+            done |= np.all(last_errors[active] - errors < stall, axis=1)
+        last_errors[active] = errors
         active[np.flatnonzero(active)[done]] = False
         if not np.any(active):
             break

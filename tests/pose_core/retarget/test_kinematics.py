@@ -105,6 +105,27 @@ class TestSolvePoseIK:
         assert np.all(sol.joint_positions <= bounds[1] + 1e-12)
         assert not np.any(sol.converged)
 
+    def test_a_settled_5dof_solve_stops_early_with_the_errors_of_a_full_solve(self, robots: Path) -> None:
+        """Reachable positions with orientations turned 60 deg about x: out of reach for 5 joints. The tasks
+        settle within a few iterations and the solve stops there (`stall_fraction`), not at max_iters with
+        the posture pull drifting in the null space, and its errors are those of the full solve."""
+        from pose_core.geometry.rigid3 import so3_exp
+
+        km = KinematicModel(read_urdf(robots / SO101), ["gripper_link"])
+        rng = np.random.default_rng(2)
+        q_true = rng.uniform(0.5 * km.lower, 0.5 * km.upper, (16, 5))
+        target = km.forward(q_true)[:, 0]
+        target[:, :3, :3] = target[:, :3, :3] @ so3_exp(np.array([np.pi / 3, 0.0, 0.0]))
+        seed = np.clip(q_true + rng.normal(0.0, 0.1, q_true.shape), km.lower, km.upper)
+        bounds = (np.broadcast_to(km.lower, seed.shape), np.broadcast_to(km.upper, seed.shape))
+        home = np.zeros(5)
+        settled = solve_pose_ik(km, 0, target, seed, bounds, IKOptions(max_iters=100), home)
+        full = solve_pose_ik(km, 0, target, seed, bounds, IKOptions(max_iters=100, stall_fraction=0.0), home)
+        assert full.iterations == 100 and settled.iterations < 50  # 29 here
+        assert not np.any(settled.converged) and np.all(settled.position_error_m < 1e-3)
+        np.testing.assert_allclose(settled.orientation_error_rad, full.orientation_error_rad,
+                                   atol=np.radians(1.0))
+
     def test_tool_on_the_xarm7_flange_matches_a_solve_for_the_flange(self, robots: Path) -> None:
         """A 172 mm tool: solving for the tool pose lands the flange where the tool's target puts it."""
         km = KinematicModel(read_urdf(robots / XARM7), ["link_eef"])
