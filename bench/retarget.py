@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from bench.report import provenance
+from bench.report import NOTES_MARKER, kept_notes, provenance
 from pose_core.retarget.embodiment import Embodiment
 from pose_core.retarget.ik import pose_errors
 from pose_core.retarget.placement import world_from_wrist_for_targets
@@ -153,7 +153,8 @@ def main() -> None:
              f"- episode: {args.frames} frames at {FPS:g} fps, both hands. robot-made: hands on reachable "
              "tool trajectories of the arm itself, base from the profile (errors against them). wearer: the "
              "synthetic wearer's hands (pose_core.synth.hands, seen from a level camera), base_placement "
-             "wrist_median (no ground truth: speed and the reachable fraction)", "", *table, ""]
+             "wrist_median (no ground truth: speed and the reachable fraction)", "", *table, "",
+             NOTES_MARKER, kept_notes(out / "retarget_ideal.md")]
     (out / "retarget_ideal.md").write_text("\n".join(lines), encoding="utf-8")
 
 
