@@ -308,8 +308,8 @@ def solve_pose_ik(  # noqa: PLR0913, PLR0917 - model, target, seed, bounds, opti
     lower, upper = bounds
     q = np.clip(seed, lower, upper)
     active = np.ones(len(q), dtype=bool)
+    tolerances = np.array([opts.position_tol_m, opts.orientation_tol_rad])
     last_errors = np.full((len(q), 2), np.inf)  # position, orientation error of each row's last iteration
-    stall = opts.stall_fraction * np.array([opts.position_tol_m, opts.orientation_tol_rad])
     iterations = 0
     for iterations in range(1, opts.max_iters + 1):  # noqa: B007 - the count is reported
         poses, jacs = model.forward_with_jacobians(q[active])
@@ -331,10 +331,9 @@ def solve_pose_ik(  # noqa: PLR0913, PLR0917 - model, target, seed, bounds, opti
                               (lower[active], upper[active]), opts, rest)
         q[active] = np.clip(q[active] + dq, lower[active], upper[active])  # no rounding past a bound
         errors = np.stack([np.linalg.norm(e_p, axis=1), np.linalg.norm(e_r, axis=1)], axis=1)
-        done = np.all(errors < [opts.position_tol_m, opts.orientation_tol_rad], axis=1) | (
-            np.max(np.abs(dq), axis=1) < opts.step_tol)
+        done = np.all(errors < tolerances, axis=1) | (np.max(np.abs(dq), axis=1) < opts.step_tol)
         if toward is None and opts.stall_fraction > 0:
-            done |= np.all(last_errors[active] - errors < stall, axis=1)
+            done |= np.all(last_errors[active] - errors < opts.stall_fraction * tolerances, axis=1)
         last_errors[active] = errors
         active[np.flatnonzero(active)[done]] = False
         if not np.any(active):

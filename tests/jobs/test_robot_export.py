@@ -134,7 +134,7 @@ def test_robot_dataset_loads_in_lerobot_with_robot_actions_values(spark, robot_r
 def test_episode_without_metric_scale_is_refused_and_left_out_with_the_reason(spark, robot_run) -> None:
     from jobs.datasets import read_manifest
 
-    out = robot_run[0]
+    out, *_, hands_version = robot_run
     rows = _table(spark, out, "robot_actions")
     refused = rows[rows["episode_id"] == NO_SCALE]
     assert len(refused) and refused["joint_positions"].isna().all() and not refused["reachable"].any()
@@ -142,7 +142,7 @@ def test_episode_without_metric_scale_is_refused_and_left_out_with_the_reason(sp
     why = {e["episode_id"]: e["reason"] for e in read_manifest(_datasets(out), DATASET, "v1")["exclusions"]}
     assert why[NO_SCALE].startswith("retarget refused: no metric scale")
     # The human-hands dataset does not need metres for its world keypoints: all episodes are in it.
-    assert read_manifest(_datasets(out), "hands", robot_run[4])["counts"]["episodes"] == 3
+    assert read_manifest(_datasets(out), "hands", hands_version)["counts"]["episodes"] == 3
     runs = _table(spark, out, "runs")
     mine = runs[runs["stage"] == f"export:{DATASET}"].set_index("episode_id")
     assert len(mine) == 3  # one export so far: one row per episode
