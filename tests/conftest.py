@@ -33,16 +33,16 @@ def shared_data() -> Path:
 def spark() -> Iterator[object]:
     """A small embedded Spark with Delta (local[2], UI off, few shuffle partitions, Delta's log replay in
     `SparkOptions.delta_snapshot_partitions` = 2 partitions instead of 50: each read and write of the tests'
-    tiny tables is several times cheaper), its JVM started with `tests.jvm_flags.SESSION_JVM_FLAGS`."""
+    tiny tables is several times cheaper), its JVM started with `tests.jvm_flags.JVM_FLAGS`."""
     pytest.importorskip("pyspark")
     if shutil.which("java") is None:
         pytest.skip("no Java: Spark tests need a JDK (make setup)")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from jobs.spark import SparkOptions, build_spark
-    from tests.jvm_flags import SESSION_JVM_FLAGS, java_options_env
+    from tests.jvm_flags import java_options_env
 
     with pytest.MonkeyPatch.context() as patch:  # this JVM's flags only: subprocesses choose their own
-        patch.setenv("JDK_JAVA_OPTIONS", java_options_env(SESSION_JVM_FLAGS)["JDK_JAVA_OPTIONS"])
+        patch.setenv("JDK_JAVA_OPTIONS", java_options_env()["JDK_JAVA_OPTIONS"])
         session = build_spark(SparkOptions(master="local[2]", shuffle_partitions=4, driver_memory="2g"))
     yield session
     session.stop()

@@ -15,7 +15,7 @@ import pytest
 
 from tests.corpus import encode_clip, textured_frames
 from tests.jobs.tables_util import table
-from tests.jvm_flags import SHORT_JVM_FLAGS, java_options_env
+from tests.jvm_flags import java_options_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.slow]
 
@@ -37,7 +37,7 @@ def _inputs(folder: Path, run: str, seed: int) -> dict[str, str]:
 def _ingest_at_once(folders: list[Path], out: Path) -> list[str]:
     """`egolake run --stages ingest` on each folder, all started at once into `out`; their logs."""
     python = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    env = {**java_options_env(SHORT_JVM_FLAGS), **python}
+    env = {**java_options_env(), **python}
     procs = [
         subprocess.Popen(  # noqa: S603 -- our own CLI, no shell
             [sys.executable, "-m", "jobs.cli", "run", str(folder), str(out),

@@ -22,7 +22,7 @@ import pytest
 
 from tests.jobs.faults import UNITS
 from tests.jobs.tables_util import assert_same_tables, dataset_files
-from tests.jvm_flags import SHORT_JVM_FLAGS, java_options_env
+from tests.jvm_flags import java_options_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.slow]
 
@@ -35,7 +35,7 @@ def test_a_run_on_one_core_with_workers_killed_gives_the_same_tables(spark, demo
     reference, _, _ = demo_run
     out, markers = tmp_path / "out", tmp_path / "markers"
     markers.mkdir()
-    env = {**java_options_env(SHORT_JVM_FLAGS), "PYSPARK_PYTHON": sys.executable}
+    env = {**java_options_env(), "PYSPARK_PYTHON": sys.executable}
     proc = subprocess.run(  # noqa: S603 -- our own CLI, no shell
         [sys.executable, "-m", "tests.jobs.killing_cli", str(markers), "run", "-v",
          os.path.join(reference, "sample", "videos"), str(out),

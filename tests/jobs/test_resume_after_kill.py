@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from tests.jobs.tables_util import DATA_TABLES, content
-from tests.jvm_flags import SHORT_JVM_FLAGS, java_options_env
+from tests.jvm_flags import java_options_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.slow]
 
@@ -41,7 +41,7 @@ def test_kill_mid_stage_then_resume_matches_uninterrupted(spark, corpus, corpus_
     cmd += [a for s in SETTINGS for a in ("--set", s)]
     repo = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen(
-        cmd, cwd=repo, env=java_options_env(SHORT_JVM_FLAGS), start_new_session=True,
+        cmd, cwd=repo, env=java_options_env(), start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     deadline = time.monotonic() + 600

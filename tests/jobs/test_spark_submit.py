@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.jobs.tables_util import table
-from tests.jvm_flags import SHORT_JVM_FLAGS, java_options_env
+from tests.jvm_flags import java_options_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.slow]
 
@@ -28,7 +28,7 @@ def test_ingest_via_spark_submit_on_local_cluster(spark, corpus, tmp_path):
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     # PYTHONPATH: the driver and executors import egolake from this checkout.
     env = {
-        **java_options_env(SHORT_JVM_FLAGS),  # the driver's, the cluster daemons' and executors' JVMs
+        **java_options_env(),  # the driver's, the cluster daemons' and executors' JVMs
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
