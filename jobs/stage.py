@@ -19,7 +19,7 @@ from typing import TypeVar
 import pandas as pd
 import pyarrow as pa
 from pyspark.resource import ResourceProfile, ResourceProfileBuilder, TaskResourceRequests
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from jobs.config import GpuOptions, PipelineConfig
@@ -243,26 +243,33 @@ class GuardedStatus:
 
     failures: dict[str, str]  # {episode_id: first error}
     seconds: dict[str, tuple[float, float]]  # {episode_id: (wall, CPU) seconds of its units}
+    rows: dict[str, int]  # {episode_id: data rows counted (`guarded_status`'s `counted`)}
 
 
-def guarded_status(result: DataFrame) -> GuardedStatus:
-    """Collect the failures and unit seconds of a guarded UDF's output (one small collect).
+def guarded_status(result: DataFrame, counted: Column | None = None) -> GuardedStatus:
+    """Collect the failures, unit seconds and data-row counts of a guarded UDF's output.
 
-    The caller must `persist` `result` first, or the UDF runs twice.
+    One small collect: a stage's outcomes need no second pass over its rows.
+
+    Args:
+        result: the guarded output; the caller must `persist` it first, or the UDF runs twice.
+        counted: which data rows `rows` counts (e.g. one table's of a stacked output); None: all.
     """
+    is_row = F.col("_row_kind") == ROW_KIND
     status = (
-        result.where((F.col("_row_kind") == ERROR_KIND) | F.col("_unit_s").isNotNull())
-        .groupBy("episode_id")
+        result.groupBy("episode_id")
         .agg(
             F.sum("_unit_s").alias("unit_s"),
             F.sum("_unit_cpu_s").alias("cpu_s"),
             F.min(F.when(F.col("_row_kind") == ERROR_KIND, F.col("_error"))).alias("error"),
+            F.count(F.when(is_row if counted is None else is_row & counted, 1)).alias("rows"),
         )
         .collect()
     )
     return GuardedStatus(
         {r["episode_id"]: r["error"] for r in status if r["error"] is not None},
         {r["episode_id"]: (float(r["unit_s"]), float(r["cpu_s"])) for r in status if r["unit_s"] is not None},
+        {r["episode_id"]: int(r["rows"]) for r in status},
     )
 
 
@@ -272,11 +279,8 @@ def guarded_rows(result: DataFrame, columns: Sequence[str], failures: dict[str, 
     return data.where(~F.col("episode_id").isin(list(failures))) if failures else data
 
 
-def outcomes_from(
-    data: DataFrame, episodes: Sequence[str], status: GuardedStatus, started: datetime
-) -> list[EpisodeOutcome]:
-    """Outcomes of a batch: row counts per episode from `data`, errors and unit seconds from `status`."""
-    counts = {r["episode_id"]: r["count"] for r in data.groupBy("episode_id").count().collect()}
+def outcomes_from(episodes: Sequence[str], status: GuardedStatus, started: datetime) -> list[EpisodeOutcome]:
+    """Outcomes of a batch: row counts, errors and unit seconds per episode from `status`."""
     finished = now()
     outcomes = []
     for e in episodes:
@@ -284,7 +288,7 @@ def outcomes_from(
         failed = e in status.failures
         outcomes.append(
             EpisodeOutcome(
-                e, "failed" if failed else "ok", 0 if failed else int(counts.get(e, 0)),
+                e, "failed" if failed else "ok", 0 if failed else status.rows.get(e, 0),
                 status.failures.get(e), started, finished, unit_s, cpu_s,
             )
         )  # fmt: skip
@@ -389,17 +393,14 @@ def write_guarded(
     started = now()
     result = result.persist()
     try:
-        status = guarded_status(result)
+        first_table = None if len(schemas) == 1 else F.col(TABLE_COLUMN) == schemas[0].name
+        status = guarded_status(result, first_table)
         if full := out_of_space(status.failures.values()):  # units write files too (QA pages)
             raise no_space(f"in a unit ({full})", ctx.layout.root)
-        outcomes: list[EpisodeOutcome] = []
-        for i, schema in enumerate(schemas):
+        for schema in schemas:
             rows = result if len(schemas) == 1 else result.where(F.col(TABLE_COLUMN) == schema.name)
-            data = guarded_rows(rows, schema.columns, status.failures)
-            write(data, ctx.layout, schema, episodes, lineage)
-            if i == 0:
-                outcomes = outcomes_from(data, episodes, status, started)
-        return outcomes
+            write(guarded_rows(rows, schema.columns, status.failures), ctx.layout, schema, episodes, lineage)
+        return outcomes_from(episodes, status, started)
     finally:
         result.unpersist()
 
