@@ -239,7 +239,7 @@ def latest_runs(spark: SparkSession, layout: Layout) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class GuardedStatus:
-    """What a guarded UDF's status columns say, per episode: failures and unit seconds (summed)."""
+    """What a guarded UDF's output says, per episode: failures, unit seconds (summed) and data rows."""
 
     failures: dict[str, str]  # {episode_id: first error}
     seconds: dict[str, tuple[float, float]]  # {episode_id: (wall, CPU) seconds of its units}

@@ -16,7 +16,6 @@ the session's JVM fills; the sweeper then throws code away and C1 compiles it ag
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 
 __all__ = ["JVM_FLAGS", "java_options_env"]
 
@@ -29,8 +28,8 @@ JVM_FLAGS = (
 )
 
 
-def java_options_env(base: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """`base` with `JVM_FLAGS` appended to JDK_JAVA_OPTIONS, which every `java` launch reads (Spark's
-    launcher, driver, and a local cluster's daemons and executors, which inherit the environment)."""
-    given = base.get("JDK_JAVA_OPTIONS", "")
-    return {**base, "JDK_JAVA_OPTIONS": " ".join(filter(None, [given, *JVM_FLAGS]))}
+def java_options_env() -> dict[str, str]:
+    """This process's environment with `JVM_FLAGS` appended to JDK_JAVA_OPTIONS, which every `java` launch
+    reads (Spark's launcher, driver, and a local cluster's daemons and executors, which inherit it)."""
+    given = os.environ.get("JDK_JAVA_OPTIONS", "")
+    return {**os.environ, "JDK_JAVA_OPTIONS": " ".join(filter(None, [given, *JVM_FLAGS]))}
