@@ -10,7 +10,8 @@ Layout under OUT (sidecars follow `udfs.media.sidecars`):
     OUT/ground_truth/<name>/...      poses, hands, intrinsics, README.md (what each file is)
 
 CLI: `python -m jobs.sample OUT [--preset table|hard] [--frames N] [--stereo] [--seed S]
-[--width W --height H]`.
+[--width W --height H] [--loops L]`. `--loops L` plays the clip L times over as one video, its motion
+a closed loop: `--frames 1800 --loops 60` is an hour at 30 fps for the cost of rendering a minute.
 Presets (`SAMPLE_PRESETS`): `table` (the default: 90 frames, seed 0) and `hard` (issue 14's stress
 case for camera poses: 600 frames = 20 s, seed 14, a larger room, ~205 deg/s head turns, a 2.2 m walk
 away from the table and back, hands raised to the lens covering up to ~30 % of the frame; see
@@ -34,7 +35,7 @@ from jobs.logs import init_logging
 from pose_core.geometry.interop import tum_rows_from_world_from_cam
 from pose_core.synth import SynthEpisode, SynthOptions, generate_episode
 from pose_core.synth.presets import SYNTH_PRESETS
-from udfs.media.encode import EncodeOptions, VideoWriter
+from udfs.media.encode import EncodeOptions, VideoWriter, repeat_video
 
 __all__ = ["SAMPLE_PRESETS", "SampleOptions", "main", "write_sample"]
 
@@ -94,10 +95,17 @@ class SampleOptions:
     crf: int = 18
     # Room, motion and hands: a key of `pose_core.synth.presets.SYNTH_PRESETS` (`table`, `hard`).
     scene: str = "table"
+    # Times the rendered clip is played: > 1 makes its motion a closed loop (`SynthOptions.loop`) and
+    # writes the encoded clip that many times over (`udfs.media.encode.repeat_video`), so long footage
+    # costs one rendered loop: 1,800 frames x 60 loops is an hour at 30 fps. Ground truth covers every
+    # frame of the result.
+    loops: int = 1
 
     def __post_init__(self) -> None:
         if self.scene not in SYNTH_PRESETS:
             raise ValueError(f"scene must be one of {sorted(SYNTH_PRESETS)}, got {self.scene!r}")
+        if self.loops < 1:
+            raise ValueError(f"loops must be >= 1, got {self.loops}")
 
     def synth_options(self) -> SynthOptions:
         """The `SynthOptions` these settings describe."""
@@ -112,6 +120,7 @@ class SampleOptions:
             stereo=self.stereo,
             baseline_m=self.baseline_m,
             seed=self.seed,
+            loop=self.loops > 1,
         )
 
     @property
@@ -156,10 +165,10 @@ def write_sample(out_dir: str | os.PathLike[str], opts: SampleOptions) -> dict[s
     }
     if opts.stereo:
         paths["video_right"] = stem + ".right.mp4"
-    _write_videos(episode, paths["video"], paths.get("video_right"), EncodeOptions(crf=opts.crf))
+    _write_videos(episode, paths["video"], paths.get("video_right"), EncodeOptions(crf=opts.crf), opts.loops)
     calib = _calibration(episode)
     _write_yaml(paths["calib"], calib)
-    imu = episode.imu
+    imu = _looped(episode, opts.loops).imu
     np.savetxt(
         paths["imu"],
         np.column_stack([imu.ts_s, imu.accel, imu.gyro]),
@@ -170,22 +179,62 @@ def write_sample(out_dir: str | os.PathLike[str], opts: SampleOptions) -> dict[s
     )
     with open(paths["task"], "w", encoding="utf-8") as f:
         f.write(episode.task + "\n")
-    paths.update(_write_ground_truth(gt_dir, episode, calib, opts))
-    logger.info("wrote synthetic sample %s (%d frames) to %s", opts.stem, episode.num_frames, out)
+    looped = _looped(episode, opts.loops)
+    paths.update(_write_ground_truth(gt_dir, looped, calib, opts))
+    logger.info("wrote synthetic sample %s (%d frames) to %s", opts.stem, looped.num_frames, out)
     return paths
 
 
-def _write_videos(episode: SynthEpisode, left_path: str, right_path: str | None, enc: EncodeOptions) -> None:
-    """Render the episode once and encode the left (and right) stream(s) in lock-step."""
+def _write_videos(
+    episode: SynthEpisode, left_path: str, right_path: str | None, enc: EncodeOptions, loops: int
+) -> None:
+    """Render the episode once and encode the left (and right) stream(s) in lock-step.
+
+    With `loops` > 1 the clip is encoded beside each path, then written there `loops` times over.
+    """
     fps = episode.options.fps
-    with VideoWriter(left_path, fps, enc) as left:
-        right = None if right_path is None else VideoWriter(right_path, fps, enc)
+    once = {p: p if loops == 1 else p + ".loop.mp4" for p in (left_path, right_path) if p is not None}
+    with VideoWriter(once[left_path], fps, enc) as left:
+        right = None if right_path is None else VideoWriter(once[right_path], fps, enc)
         for frame in episode.frames():
             left.write(frame.rgb)
             if right is not None and frame.rgb_right is not None:
                 right.write(frame.rgb_right)
         if right is not None:
             right.close()
+    if loops > 1:
+        for path, clip in once.items():
+            repeat_video(clip, path, loops)
+            os.remove(clip)
+
+
+def _looped(episode: SynthEpisode, loops: int) -> SynthEpisode:
+    """The episode's ground truth and IMU over `loops` plays of its closed loop (itself when 1)."""
+    if loops == 1:
+        return episode
+    period_s = episode.num_frames / episode.options.fps
+    once = episode.imu.ts_s < period_s - 1e-9  # the sample at the period's end is the next loop's first
+    imu = dataclasses.replace(
+        episode.imu, ts_s=episode.imu.ts_s[once], accel=episode.imu.accel[once], gyro=episode.imu.gyro[once]
+    )
+    shift = (np.arange(loops) * period_s).repeat(len(imu.ts_s))
+
+    def tiled(a: np.ndarray) -> np.ndarray:
+        return np.concatenate([a] * loops)
+
+    return dataclasses.replace(
+        episode,
+        ts_s=np.arange(episode.num_frames * loops) / episode.options.fps,
+        world_from_cam=tiled(episode.world_from_cam),
+        hands_world=tiled(episode.hands_world),
+        elbows_world=tiled(episode.elbows_world),
+        hands_px=tiled(episode.hands_px),
+        hand_visible=tiled(episode.hand_visible),
+        hand_curl=tiled(episode.hand_curl),
+        imu=dataclasses.replace(
+            imu, ts_s=tiled(imu.ts_s) + shift, accel=tiled(imu.accel), gyro=tiled(imu.gyro)
+        ),
+    )
 
 
 def _calibration(episode: SynthEpisode) -> dict[str, object]:
@@ -280,12 +329,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--width", type=int, help="image width, px (default 640)")
     parser.add_argument("--height", type=int, help="image height, px (default 480)")
     parser.add_argument("--name", default=None, help="file stem (default synth_<seed>)")
+    parser.add_argument(
+        "--loops", type=int, help="play the clip this many times over, its motion a closed loop (default 1)"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
     args = parser.parse_args(argv)
     init_logging(args.verbose)
     given = {
         key: value
-        for key in ("frames", "fps", "stereo", "baseline_m", "seed", "width", "height", "name")
+        for key in ("frames", "fps", "stereo", "baseline_m", "seed", "width", "height", "name", "loops")
         if (value := getattr(args, key)) is not None
     }
     paths = write_sample(args.out, dataclasses.replace(SAMPLE_PRESETS[args.preset], **given))

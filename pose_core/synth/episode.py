@@ -58,6 +58,9 @@ class SynthOptions:
     # A hand is visible when at least this fraction of its 21 keypoints projects inside the image
     # in front of the camera (frustum test; occlusion by the scene is not considered).
     min_visible_fraction: float = 0.5
+    # Make the motion a closed loop of period num_frames / fps: frame num_frames would show frame 0
+    # again, so the clip can be played over and over without a seam (`jobs.sample`'s `loops`).
+    loop: bool = False
     # Sub-module knobs.
     scene: SceneOptions = field(default_factory=SceneOptions)
     trajectory: TrajectoryOptions = field(default_factory=TrajectoryOptions)
@@ -196,10 +199,13 @@ def generate_episode(opts: SynthOptions) -> SynthEpisode:
     scene_seq, traj_seq, hands_seq, imu_seq = np.random.SeedSequence(opts.seed).spawn(4)
     k = opts.intrinsics
     ts = np.arange(opts.num_frames) / opts.fps
-    duration_s = max(float(ts[-1]), 1.0 / opts.fps)
+    # A loop's period is the whole clip, up to the frame after the last.
+    duration_s = opts.num_frames / opts.fps if opts.loop else max(float(ts[-1]), 1.0 / opts.fps)
     scene = build_scene(opts.scene, int(scene_seq.generate_state(1)[0]))
-    trajectory = make_head_trajectory(duration_s, opts.trajectory, np.random.default_rng(traj_seq))
-    hands = make_hand_motion(duration_s, trajectory, opts.scene, opts.hands, np.random.default_rng(hands_seq))
+    trajectory = make_head_trajectory(duration_s, opts.trajectory, np.random.default_rng(traj_seq), opts.loop)
+    hands = make_hand_motion(
+        duration_s, trajectory, opts.scene, opts.hands, np.random.default_rng(hands_seq), opts.loop
+    )
     world_from_cam = trajectory.sample(ts).world_from_cam
     hands_world = hands.keypoints_world(ts)
     hands_px = np.stack(

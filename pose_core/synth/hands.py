@@ -225,6 +225,7 @@ def make_hand_motion(
     scene: SceneOptions,
     opts: HandOptions,
     rng: np.random.Generator,
+    periodic: bool = False,
 ) -> HandMotion:
     """Schedule reach-grasp-carry-release cycles (and visits to the lens) for both hands.
 
@@ -237,6 +238,8 @@ def make_hand_motion(
         scene: table and box geometry (grasp targets lie on the table, away from the boxes).
         opts: hand knobs.
         rng: random source.
+        periodic: every cycle and visit ends by `duration_s` (the hands are back at rest, open), so the
+            motion repeats with that period when `trajectory` does.
 
     Returns:
         The motion of both hands.
@@ -254,6 +257,7 @@ def make_hand_motion(
             opts,
             rng,
             trajectory.excursions + own,
+            periodic,
         )
         engagement.append(e)
         task.append(p)
@@ -299,10 +303,12 @@ def _schedule(  # noqa: PLR0913, PLR0917 - private step of make_hand_motion
     opts: HandOptions,
     rng: np.random.Generator,
     busy: tuple[tuple[float, float], ...],
+    periodic: bool = False,
 ) -> tuple[SmoothSignal, tuple[SmoothSignal, SmoothSignal, SmoothSignal], SmoothSignal]:
     """Engagement, task path and curl signals of one hand (side -1 left, +1 right).
 
-    No cycle overlaps a `busy` window `(start_s, end_s)` (the wearer away, the hand at the lens).
+    No cycle overlaps a `busy` window `(start_s, end_s)` (the wearer away, the hand at the lens);
+    `periodic`: every cycle ends by `duration_s`.
     """
     grasp_z = scene.table_center_m[2] + opts.grasp_height_m
     lift = opts.approach_height_m
@@ -313,7 +319,8 @@ def _schedule(  # noqa: PLR0913, PLR0917 - private step of make_hand_motion
     first = None
     pos = np.zeros(3)
     t = start_s
-    while (t := after_windows(t, cycle_s, busy)) < duration_s:
+    horizon = duration_s - cycle_s if periodic else duration_s
+    while (t := after_windows(t, cycle_s, busy)) < horizon:
         shoulder_x = float(trajectory.shoulders_world(np.array([t]))[0, int(side > 0), 0])
         grasp = _pick_target(shoulder_x, side, grasp_z, scene, opts, rng)
         place = _pick_target(

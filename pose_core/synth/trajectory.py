@@ -205,7 +205,7 @@ class HeadTrajectory:
 
 
 def make_head_trajectory(
-    duration_s: float, opts: TrajectoryOptions, rng: np.random.Generator
+    duration_s: float, opts: TrajectoryOptions, rng: np.random.Generator, periodic: bool = False
 ) -> HeadTrajectory:
     """Random head trajectory: sways, head bob, walks along the table, fast head turns, excursions.
 
@@ -213,6 +213,10 @@ def make_head_trajectory(
         duration_s: length of the episode, seconds; events are scheduled within it.
         opts: motion knobs.
         rng: random source (excursions, when enabled, draw first; without them the draws are as before).
+        periodic: make the motion repeat with period `duration_s` (a closed loop: the pose and all its
+            derivatives at `duration_s` are those at 0): every sway gets a whole number of cycles in
+            the period (the nearest to its frequency, at least one), every walk, turn and excursion
+            ends within it, and the walks along the table end where they began.
 
     Returns:
         The trajectory; its yaw reaches `opts.turn_peak_rate_rad_s` during each fast turn.
@@ -224,14 +228,19 @@ def make_head_trajectory(
         raise ValueError(f"duration_s must be positive, got {duration_s}")
     hx, hy, hz = opts.head_position_m
     away = _excursions(duration_s, opts, rng)
-    walks = _walk_steps(duration_s, opts, rng, away.windows)
-    turns = _turn_steps(duration_s, opts, rng, away.body_turns)
+    walks = _walk_steps(duration_s, opts, rng, away.windows, periodic)
+    turns = _turn_steps(duration_s, opts, rng, away.body_turns, periodic)
     phase = rng.uniform(0.0, 2.0 * np.pi, 6)
-    yaw_sway = ((opts.yaw_sway_rad, opts.yaw_sway_hz, phase[0]),)
+
+    def rate(frequency_hz: float) -> float:
+        """The sway's frequency: periodic, the nearest whole number of cycles in the period (at least 1)."""
+        return max(round(frequency_hz * duration_s), 1) / duration_s if periodic else frequency_hz
+
+    yaw_sway = ((opts.yaw_sway_rad, rate(opts.yaw_sway_hz), phase[0]),)
     position = (
-        SmoothSignal(hx, ((0.3 * opts.bob_amplitude_m, opts.bob_hz / 2.0, phase[1]),), walks + away.x),
-        SmoothSignal(hy, ((opts.lean_amplitude_m, opts.lean_hz, phase[2]),), away.y),
-        SmoothSignal(hz, ((opts.bob_amplitude_m, opts.bob_hz, phase[3]),)),
+        SmoothSignal(hx, ((0.3 * opts.bob_amplitude_m, rate(opts.bob_hz / 2.0), phase[1]),), walks + away.x),
+        SmoothSignal(hy, ((opts.lean_amplitude_m, rate(opts.lean_hz), phase[2]),), away.y),
+        SmoothSignal(hz, ((opts.bob_amplitude_m, rate(opts.bob_hz), phase[3]),)),
     )
     logger.debug(
         "trajectory: %d walks, %d fast turns, %d excursions over %.2f s",
@@ -244,9 +253,9 @@ def make_head_trajectory(
         position=position,
         yaw=SmoothSignal(0.0, yaw_sway, turns + away.yaw),
         pitch_down=SmoothSignal(
-            opts.pitch_down_rad, ((opts.pitch_sway_rad, opts.pitch_sway_hz, phase[4]),), away.pitch
+            opts.pitch_down_rad, ((opts.pitch_sway_rad, rate(opts.pitch_sway_hz), phase[4]),), away.pitch
         ),
-        roll=SmoothSignal(0.0, ((opts.roll_sway_rad, opts.roll_sway_hz, phase[5]),)),
+        roll=SmoothSignal(0.0, ((opts.roll_sway_rad, rate(opts.roll_sway_hz), phase[5]),)),
         torso_yaw=SmoothSignal(0.0, yaw_sway, away.yaw),
         options=opts,
         excursions=away.windows,
@@ -320,12 +329,18 @@ def _walk_steps(
     opts: TrajectoryOptions,
     rng: np.random.Generator,
     blocked: tuple[tuple[float, float], ...],
+    periodic: bool = False,
 ) -> Steps:
-    """Quintic steps of the walk along x, kept within +-walk_limit_m, outside `blocked` windows."""
+    """Quintic steps of the walk along x, kept within +-walk_limit_m, outside `blocked` windows.
+
+    `periodic`: every walk ends by `duration_s` and a last one walks back to the start (walks are dropped
+    from the end until that return fits).
+    """
     steps = []
     x = 0.0
     t = rng.uniform(*opts.walk_interval_s) / 2.0
-    while t < duration_s:
+    horizon = duration_s - opts.walk_duration_s if periodic else duration_s
+    while t < horizon:
         clear = after_windows(t, opts.walk_duration_s, blocked)
         if clear != t:
             t = clear
@@ -337,7 +352,31 @@ def _walk_steps(
         steps.append((t, opts.walk_duration_s, float(direction * dist)))
         x += direction * dist
         t += rng.uniform(*opts.walk_interval_s)
+    if periodic:
+        return tuple(_walked_back(steps, duration_s, opts.walk_duration_s, blocked))
     return tuple(steps)
+
+
+def _walked_back(
+    steps: list[tuple[float, float, float]],
+    duration_s: float,
+    walk_s: float,
+    blocked: tuple[tuple[float, float], ...],
+) -> list[tuple[float, float, float]]:
+    """`steps` plus a walk back to x = 0 that ends by `duration_s` outside `blocked`.
+
+    Walks are dropped from the end until the return fits.
+    """
+    while steps:
+        x = sum(step[2] for step in steps)
+        if x == 0.0:
+            return steps
+        last_end = steps[-1][0] + steps[-1][1]
+        back = after_windows(last_end, walk_s, blocked)
+        if back + walk_s <= duration_s:
+            return [*steps, (back, walk_s, -x)]
+        steps = steps[:-1]
+    return steps
 
 
 def _turn_steps(
@@ -345,16 +384,19 @@ def _turn_steps(
     opts: TrajectoryOptions,
     rng: np.random.Generator,
     blocked: tuple[tuple[float, float], ...],
+    periodic: bool = False,
 ) -> Steps:
     """Pairs of quintic yaw steps (turn away, turn back) peaking at `turn_peak_rate_rad_s`.
 
-    A pair never overlaps a `blocked` window (the longest pair the ranges allow is kept clear).
+    A pair never overlaps a `blocked` window (the longest pair the ranges allow is kept clear);
+    `periodic`: every pair ends by `duration_s`.
     """
     steps = []
     longest_turn_s = 15.0 / 8.0 * opts.turn_angle_range_rad[1] / opts.turn_peak_rate_rad_s
     longest_pair_s = 2.6 * longest_turn_s + opts.turn_hold_s[1]
     t = opts.first_turn_s
-    while t < duration_s:
+    horizon = duration_s - longest_pair_s if periodic else duration_s
+    while t < horizon:
         clear = after_windows(t, longest_pair_s, blocked)
         if clear != t:
             t = clear

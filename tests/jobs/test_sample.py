@@ -115,3 +115,29 @@ class TestWriteSample:
     def test_rejects_unknown_scene(self):
         with pytest.raises(ValueError, match="scene must be one of"):
             SampleOptions(scene="kitchen")
+
+
+def test_loops_play_one_rendered_closed_loop_over_and_over(tmp_path):
+    """`loops=3`: the video is the rendered clip three times over, its frame after the last is its first
+    (the motion is periodic, so no seam), and the ground truth covers every frame."""
+    opts = SampleOptions(frames=8, loops=3, width=160, height=120, focal_px=125.0, seed=5)
+    paths = write_sample(tmp_path, opts)
+    frames = _decode(paths["video"])
+    assert len(frames) == 24
+    for k in (1, 2):
+        for (a, _), (b, _) in zip(frames[:8], frames[8 * k : 8 * (k + 1)], strict=True):
+            np.testing.assert_array_equal(a, b)
+    ts = np.load(paths["ts_s"])
+    np.testing.assert_allclose(ts, np.arange(24) / 30.0)
+    np.testing.assert_allclose([t for _, t in frames], ts, atol=1e-6)
+    poses, hands = np.load(paths["world_from_cam"]), np.load(paths["hands_world"])
+    assert poses.shape == (24, 4, 4) and hands.shape == (24, 2, 21, 3)
+    # Across a seam the camera and hands move as between any two frames: no jump back to the start.
+    for moving in (poses[:, :3, 3], hands.reshape(24, -1)):
+        steps = np.linalg.norm(np.diff(moving, axis=0), axis=1)
+        seams = np.isin(np.arange(23), [7, 15])
+        assert 0.0 < steps[seams].max() <= 1.5 * steps[~seams].max()
+    imu_ts = np.load(paths["imu_ts_s"])
+    assert np.all(np.diff(imu_ts) > 0) and imu_ts[-1] >= ts[-1]
+    with pytest.raises(ValueError, match="loops must be >= 1"):
+        SampleOptions(loops=0)

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from pose_core.errors import ShapeError
 
-__all__ = ["EncodeOptions", "VideoWriter", "encode_packets", "write_video"]
+__all__ = ["EncodeOptions", "VideoWriter", "encode_packets", "repeat_video", "write_video"]
 
 logger = logging.getLogger(__name__)
 
@@ -178,6 +178,46 @@ def write_video(
                 raise ValueError(f"ts_s has {len(ts_s)} entries but more frames were given")
             writer.write(frame, None if ts_s is None else ts_s[i])
     return writer.count
+
+
+def repeat_video(src: str | os.PathLike[str], dst: str | os.PathLike[str], times: int) -> int:
+    """Write the video stream of `src` `times` times over into `dst`, without decoding or encoding.
+
+    The packets are copied with their times shifted by the clip's length per copy, so an hour of a closed
+    loop (`pose_core.synth` with `loop`) costs one rendered minute and a file copy. Each copy starts at
+    a key frame and refers to no frame of another (as every file `VideoWriter` writes: its first frame is
+    a key frame and its groups of pictures are closed), so every copy decodes to the same frames.
+
+    Args:
+        src: a video written by `VideoWriter` at a constant rate.
+        dst: output file; its folder must exist.
+        times: copies, >= 1.
+
+    Returns:
+        Number of frames written.
+
+    Raises:
+        ValueError: if `times` < 1, or `src` has no video packets or does not start at a key frame.
+    """
+    if times < 1:
+        raise ValueError(f"times must be >= 1, got {times}")
+    with av.open(os.fspath(src)) as source:
+        stream = source.streams.video[0]
+        packets = [p for p in source.demux(stream) if p.dts is not None]  # not the demuxer's flush packet
+        if not packets or not packets[0].is_keyframe:
+            raise ValueError(f"{os.fspath(src)}: no video packets, or the first is not a key frame")
+        first = min(p.pts for p in packets)
+        span = max(p.pts for p in packets) + (packets[-1].duration or 1) - first  # the clip's length, ticks
+        with av.open(os.fspath(dst), mode="w") as out:
+            copy = out.add_stream_from_template(stream)
+            for k in range(times):
+                for packet in packets:
+                    shifted = av.Packet(bytes(packet))
+                    shifted.pts, shifted.dts = packet.pts + k * span, packet.dts + k * span
+                    shifted.duration, shifted.is_keyframe = packet.duration, packet.is_keyframe
+                    shifted.time_base, shifted.stream = packet.time_base, copy
+                    out.mux(shifted)
+    return len(packets) * times
 
 
 def _open_stream(

@@ -29,9 +29,7 @@ def sampled(motion):
 
 
 def _bone_lengths(kp):
-    return np.stack(
-        [np.linalg.norm(kp[..., c, :] - kp[..., p, :], axis=-1) for p, c in BONES], axis=-1
-    )
+    return np.stack([np.linalg.norm(kp[..., c, :] - kp[..., p, :], axis=-1) for p, c in BONES], axis=-1)
 
 
 class TestHandMotion:
@@ -133,3 +131,18 @@ class TestLensVisits:
         assert abs(normal[2]) / np.linalg.norm(normal) > np.cos(np.radians(50.0))
         lengths = _bone_lengths(visiting.keypoints_world(ts))
         assert lengths.std(axis=0).max() < 1e-12  # still a rigid hand
+
+
+@pytest.mark.parametrize("preset", sorted(SYNTH_PRESETS))
+def test_periodic_hands_end_where_they_began(preset):
+    """With a periodic head, periodic hands finish every cycle and lens visit within the period: their
+    keypoints at the period's end are those at 0, and they still grasp in between."""
+    opts, period = SYNTH_PRESETS[preset], 30.0
+    rng = np.random.default_rng(3)
+    traj = make_head_trajectory(period, opts.trajectory, rng, periodic=True)
+    motion = make_hand_motion(period, traj, opts.scene, opts.hands, rng, periodic=True)
+    ends = motion.keypoints_world(np.array([0.0, period]))
+    np.testing.assert_allclose(ends[1], ends[0], atol=1e-12)
+    curl = motion.grip_curl(np.array([0.0, period]))
+    np.testing.assert_allclose(curl[1], curl[0], atol=1e-12)
+    assert (motion.grip_curl(np.arange(0.0, period, 0.1)) > 0.4).any(axis=0).all()  # both hands grasp

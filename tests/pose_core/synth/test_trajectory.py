@@ -142,3 +142,21 @@ class TestHeadTrajectory:
     def test_rejects_bad_duration(self):
         with pytest.raises(ValueError, match="duration_s"):
             make_head_trajectory(0.0, TrajectoryOptions(), np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("preset", sorted(SYNTH_PRESETS))
+def test_a_periodic_trajectory_is_a_closed_loop(preset):
+    """Periodic: the pose, velocity, acceleration and rotation rate at the period's end are those at 0 (so
+    a clip of the loop repeats without a seam), and the motion is still there (walks, turns, sways)."""
+    period = 30.0
+    opts = SYNTH_PRESETS[preset].trajectory
+    traj = make_head_trajectory(period, opts, np.random.default_rng(7), periodic=True)
+    ends = traj.sample(np.array([0.0, period]))
+    for field in ("world_from_cam", "velocity_world", "accel_world", "gyro_cam"):
+        at_end, at_start = getattr(ends, field)
+        np.testing.assert_allclose(at_end, at_start, atol=1e-12, err_msg=field)
+    assert all(t0 + dt <= period for sig in (*traj.position, traj.yaw) for t0, dt, _ in sig.steps)
+    assert sum(delta for _, _, delta in traj.position[0].steps) == pytest.approx(0.0, abs=1e-12)
+    assert len(traj.yaw.steps) >= 8 and len(traj.position[0].steps) >= 3
+    s = traj.sample(np.arange(0.0, period, 1.0 / 30.0))
+    assert np.ptp(s.world_from_cam[:, 0, 3]) > 0.2  # it still walks along the table

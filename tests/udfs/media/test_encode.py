@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pose_core.errors import ShapeError
-from udfs.media.encode import EncodeOptions, VideoWriter, write_video
+from udfs.media.encode import EncodeOptions, VideoWriter, repeat_video, write_video
 
 
 def _smooth_frames(n, h=96, w=128):
@@ -120,3 +120,23 @@ class TestWriteVideo:
             write_video(tmp_path / "back.mp4", _smooth_frames(2, 8, 8), 30, ts_s=[0.1, 0.05])
         with pytest.raises(ValueError, match="fps"):
             write_video(tmp_path / "zero.mp4", _smooth_frames(1, 8, 8), 0)
+
+
+class TestRepeatVideo:
+    def test_copies_decode_to_the_clip_with_continuous_times(self, tmp_path):
+        """Three copies of a 25-frame clip (x264 with B-frames): 75 frames, each copy the clip's decoded
+        frames exactly (no re-encoding), times 0, 1/fps, ... across the seams."""
+        write_video(tmp_path / "clip.mp4", _smooth_frames(25), 25)
+        assert repeat_video(tmp_path / "clip.mp4", tmp_path / "three.mp4", 3) == 75
+        clip, _, _ = _decode(tmp_path / "clip.mp4")
+        three, codec, rate = _decode(tmp_path / "three.mp4")
+        assert len(three) == 75 and codec == "h264" and rate == 25
+        for k in range(3):
+            for (a, _), (b, _) in zip(clip, three[25 * k : 25 * (k + 1)], strict=True):
+                np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose([t for _, t in three], np.arange(75) / 25, atol=1e-6)
+
+    def test_rejects_no_copies(self, tmp_path):
+        write_video(tmp_path / "clip.mp4", _smooth_frames(2), 25)
+        with pytest.raises(ValueError, match="times must be >= 1"):
+            repeat_video(tmp_path / "clip.mp4", tmp_path / "none.mp4", 0)
