@@ -76,6 +76,8 @@ bench: setup
 	$(PY) -m bench.retarget --out bench/results
 	$(PY) -m bench.retarget_pipeline --work $${TMPDIR:-/tmp}/egolake_bench_retarget --out bench/results
 	$(PY) -m bench.hand_scale --out bench/results
+	$(PY) -m bench.executors --work $${TMPDIR:-/tmp}/egolake_bench_executors --out bench/results
+	$(PY) -m bench.long_video --work $${TMPDIR:-/tmp}/egolake_bench_long --out bench/results --minutes 1,10,60
 
 ## lint: ruff over everything, mypy over pose_core/ and schemas/ (settings in pyproject.toml).
 lint: setup

@@ -1,0 +1,222 @@
+"""How long a video egolake takes (issue 18): memory, CPU and accuracy per stage against footage length.
+
+    python -m bench.long_video --work WORK --out bench/results [--minutes 1,10,60] [--loop-frames 900]
+        [--set KEY=VALUE ...]
+
+Footage: one closed-loop synthetic clip (`jobs.sample --loops`: `--loop-frames` rendered frames at
+640x480, 30 fps) played over and over into one video per length, so every length has the same motion
+and ground truth for every frame. Each length runs through the pipeline stage by stage, each stage
+an `egolake run --stages STAGE` of its own (its own JVM: its peaks are its own), into WORK/out_<m>min
+(kept: a second call reports a finished stage without running it again).
+
+Per stage it records the wall time, the CPU time of the whole process tree (driver, JVM, Python
+workers; `RUSAGE_CHILDREN`), and the peak resident memory (RSS) of the JVM, of the largest Python
+worker and of all Python workers together, sampled from /proc every 0.2 s. Per length: every frame's
+camera pose against the ground truth (ATE after a Sim(3) fit, every frame counted) and frames per
+CPU-second over the whole pipeline. A stage that fails stops its length; the table says where and why.
+Writes `long_video.{md,json}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench.process_tree import Peaks, adopt_orphans, run_measured
+from bench.report import NOTES_MARKER, kept_notes, provenance
+
+logger = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[1]
+FPS = 30.0
+
+
+@dataclass
+class StageFigures:
+    """One stage's run over one length."""
+
+    stage: str
+    ok: bool
+    wall_s: float
+    cpu_s: float
+    peaks: Peaks = field(default_factory=Peaks)
+    error: str = ""
+
+
+def run_stage(stage: str, videos: Path, out: Path, settings: list[str]) -> StageFigures:
+    """`egolake run --stages STAGE` with its process tree watched."""
+    cmd = [sys.executable, "-m", "jobs.cli", "-q", "run", str(videos), str(out), "--stages", stage]
+    run = run_measured(cmd + [a for s in settings for a in ("--set", s)], REPO)
+    figures = StageFigures(stage, run.returncode == 0, run.wall_s, run.cpu_s, run.peaks)
+    if run.returncode != 0:
+        tail = run.stderr.strip().splitlines()
+        figures.error = tail[-1][:300] if tail else f"exit {run.returncode}"
+    return figures
+
+
+def _query(out: Path, sql: str) -> pd.DataFrame:
+    """Rows of an `egolake sql` query on OUTPUT (its own JVM, like the stages)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "jobs.cli",
+        "-q",
+        "sql",
+        str(out),
+        sql,
+        "--format",
+        "json",
+        "--limit",
+        "1000000000",
+    ]
+    run = run_measured(cmd, REPO)  # its JVM is reaped too: the next stage's CPU time does not include it
+    if run.returncode != 0:
+        raise RuntimeError(f"egolake sql failed: {run.stderr[-2000:]}")
+    text = run.stdout
+    return pd.read_json(io.StringIO(text), lines=True)
+
+
+def _failed_episodes(out: Path, stage: str) -> str:
+    """The first error of the stage's failed episodes in its latest run, or ''."""
+    failed = _query(
+        out,
+        f"SELECT error FROM runs WHERE stage = '{stage}' AND status = 'failed' "
+        f"AND run_id = (SELECT max_by(run_id, finished) FROM runs WHERE stage = '{stage}')",
+    )
+    return str(failed["error"].iat[0])[:300] if len(failed) else ""
+
+
+def camera_accuracy(out: Path, truth: Path) -> dict[str, Any]:
+    """Every frame's pose against the ground truth: frames posed, ATE after a Sim(3) fit, metres."""
+    from pose_core.camera_poses.evaluation import evaluate_trajectory
+    from udfs.camera_tables import world_from_cam_from_columns
+
+    gt = np.load(truth / "world_from_cam.npy")
+    poses = _query(out, "SELECT frame_idx, world_from_cam_q_wxyz, world_from_cam_t_mu FROM camera_poses")
+    est = np.full_like(gt, np.nan)
+    est[poses["frame_idx"].to_numpy()] = world_from_cam_from_columns(
+        poses["world_from_cam_q_wxyz"], poses["world_from_cam_t_mu"]
+    )
+    errors = evaluate_trajectory(est, gt)
+    return {"frames": len(gt), "posed": errors.num_frames, "ate_rmse_m": errors.ate_rmse_m,
+            "ate_pct_of_path": errors.ate_pct_of_path, "path_m": errors.path_length_m}  # fmt: skip
+
+
+def _sample(work: Path, minutes: float, loop_frames: int) -> tuple[Path, Path]:
+    """The `minutes` of footage (written when missing): (videos folder, ground-truth folder)."""
+    loops = max(1, round(minutes * 60.0 * FPS / loop_frames))
+    name = f"loop{loop_frames}x{loops}"
+    root = work / f"in_{name}"
+    truth = root / "ground_truth" / name
+    if not (truth / "world_from_cam.npy").exists():
+        subprocess.run(  # noqa: S603
+            [sys.executable, "-m", "jobs.sample", str(root), "--frames", str(loop_frames),
+             "--loops", str(loops), "--name", name],
+            cwd=REPO, check=True, capture_output=True,
+        )  # fmt: skip
+    return root / "videos", truth
+
+
+def bench_length(work: Path, minutes: float, loop_frames: int, settings: list[str]) -> dict[str, Any]:
+    """Every stage over one length of footage; see the module docstring."""
+    from jobs.pipeline import STAGE_NAMES
+
+    videos, truth = _sample(work, minutes, loop_frames)
+    out = work / f"out_{minutes:g}min"
+    done_file = out / "bench_stages.json"
+    done = json.loads(done_file.read_text()) if done_file.exists() else {}
+    stages = []
+    for stage in STAGE_NAMES:
+        if stage not in done:
+            figures = run_stage(stage, videos, out, settings)
+            if figures.ok and (error := _failed_episodes(out, stage)):
+                figures.ok, figures.error = False, error
+            done[stage] = asdict(figures)
+            out.mkdir(parents=True, exist_ok=True)
+            done_file.write_text(json.dumps(done, indent=2))
+            logger.info("%g min %s: %s", minutes, stage, done[stage])
+        stages.append(done[stage])
+        if not done[stage]["ok"]:
+            break
+    frames = int(round(minutes * 60.0 * FPS / loop_frames)) * loop_frames
+    result: dict[str, Any] = {"minutes": minutes, "frames": frames, "stages": stages}
+    if all(s["ok"] for s in stages) and len(stages) == len(STAGE_NAMES):
+        cpu = sum(s["cpu_s"] for s in stages)
+        result["frames_per_cpu_s"] = frames / cpu
+        result["camera"] = camera_accuracy(out, truth)
+    return result
+
+
+def _markdown(results: list[dict[str, Any]], meta: dict[str, str], settings: list[str]) -> str:
+    lines = [
+        "# Long videos (issue 18): memory, CPU and accuracy per stage against footage length", "",
+        f"- command: `{meta['command']}`", f"- date: {meta['date']}", f"- machine: {meta['machine']}",
+        f"- settings: {', '.join(settings) or 'defaults'}", "",
+        "Peak RSS, MiB: the JVM, the largest Python worker, all workers at once. CPU: the whole process "
+        "tree of the stage's `egolake run` (its JVM's start included).", "",
+        "| minutes | stage | ok | wall s | CPU s | JVM MiB | worker MiB | workers MiB | error |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---|",
+    ]  # fmt: skip
+    for r in results:
+        for s in r["stages"]:
+            p = s["peaks"]
+            lines.append(
+                f"| {r['minutes']:g} | {s['stage']} | {'yes' if s['ok'] else 'NO'} | {s['wall_s']:.0f} | "
+                f"{s['cpu_s']:.0f} | {p['jvm_mb']:.0f} | {p['worker_mb']:.0f} | {p['workers_mb']:.0f} | "
+                f"{s['error']} |"
+            )
+    lines += [
+        "",
+        "| minutes | frames | frames posed | ATE RMSE m | ATE % of path | camera path m | frames/CPU-s |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        cam = r.get("camera")
+        if cam is None:
+            lines.append(f"| {r['minutes']:g} | {r['frames']} | not reached | | | | |")
+            continue
+        lines.append(
+            f"| {r['minutes']:g} | {r['frames']} | {cam['posed']} | {cam['ate_rmse_m']:.4f} | "
+            f"{cam['ate_pct_of_path']:.2f} | {cam['path_m']:.1f} | {r['frames_per_cpu_s']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI; see the module docstring."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", required=True, help="folder for the footage and the outputs (kept)")
+    parser.add_argument("--out", default="bench/results", help="where long_video.{md,json} go")
+    parser.add_argument("--minutes", default="1,10", help="comma-separated lengths, minutes")
+    parser.add_argument("--loop-frames", type=int, default=900, help="frames of the rendered loop")
+    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    adopt_orphans()
+    work = Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    meta = provenance("bench.long_video")
+    results = [bench_length(work, float(m), args.loop_frames, args.settings) for m in args.minutes.split(",")]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "long_video.json").write_text(
+        json.dumps({**meta, "settings": args.settings, "results": results}, indent=2)
+    )
+    notes = kept_notes(out / "long_video.md")
+    text = _markdown(results, meta, args.settings)
+    (out / "long_video.md").write_text(text + (f"\n{NOTES_MARKER}\n\n{notes}" if notes else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

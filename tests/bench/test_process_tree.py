@@ -1,0 +1,41 @@
+"""bench/process_tree.py: a command's whole tree is measured, orphans (Spark's JVM) included."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A grandchild that outlives its parent (as Spark's JVM outlives the driver): it holds ~200 MiB and
+# burns ~0.6 s of CPU; its command line names it a Python worker, as `pyspark.daemon`'s does.
+_GRANDCHILD = (
+    "import time; block = bytearray(200 * 2**20); block[::4096] = b'x' * len(block[::4096]); "
+    "t = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+)
+_CHILD = (
+    f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {_GRANDCHILD!r}, 'pyspark.daemon'])"
+)
+_BENCH = f"""
+import json, sys
+from pathlib import Path
+from bench.process_tree import adopt_orphans, run_measured
+adopt_orphans()
+run = run_measured([sys.executable, "-c", {_CHILD!r}], Path("."))
+print(json.dumps({{"rc": run.returncode, "wall_s": run.wall_s, "cpu_s": run.cpu_s,
+                  "worker_mb": run.peaks.worker_mb}}))
+"""
+
+
+def test_an_orphaned_grandchild_counts_in_cpu_time_and_memory_peaks():
+    """In a process of its own: `adopt_orphans` changes the calling process for good."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _BENCH], cwd=ROOT, capture_output=True, text=True, check=True
+    )  # noqa: S603
+    got = json.loads(proc.stdout)
+    assert got["rc"] == 0
+    assert got["cpu_s"] >= 0.55  # the grandchild's CPU, reaped by the bench after its parent had gone
+    assert got["wall_s"] >= 0.55  # the command is over only when the orphan is
+    assert 150 <= got["worker_mb"] <= 400  # sampled from /proc while it ran
