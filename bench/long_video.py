@@ -10,7 +10,7 @@ an `egolake run --stages STAGE` of its own (its own JVM: its peaks are its own),
 (kept: a second call reports a finished stage without running it again).
 
 Per stage it records the wall time, the CPU time of the whole process tree (driver, JVM, Python
-workers; `RUSAGE_CHILDREN`), and the peak resident memory (RSS) of the JVM, of the largest Python
+workers; `process_tree.py`), and the peak resident memory (RSS) of the JVM, of the largest Python
 worker and of all Python workers together, sampled from /proc every 0.2 s. Per length: every frame's
 camera pose against the ground truth (ATE after a Sim(3) fit, every frame counted) and frames per
 CPU-second over the whole pipeline, both of the process trees and of the stages' units alone (`runs.cpu_s`:

@@ -1,15 +1,17 @@
 """CPU time and peak memory of a command's whole process tree (driver, JVM, Python workers), on Linux.
 
-Spark's JVM outlives the Python driver that started it, so a bench first makes itself the reaper of
-orphaned descendants (`adopt_orphans`): then every process of the tree is reaped by someone, and its
-CPU time lands in the bench's `RUSAGE_CHILDREN`. Peaks come from /proc, sampled every 0.2 s.
+Both come from /proc, sampled every 0.2 s: each process's own CPU time (all its threads) as last seen,
+summed over every process the tree ever had, and the peak resident set per kind of process. Reaping does
+not matter to the sum (`RUSAGE_CHILDREN` does depend on it, and missed most of the Python workers' CPU
+on a 10-minute run: pyspark's daemon dies without waiting for its workers); a process is missed for at
+most its last 0.2 s. Spark's JVM outlives the driver that started it, so a bench first makes itself the
+reaper of orphaned descendants (`adopt_orphans`): the tree stays findable under it and no zombie is left.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import resource
 import subprocess
 import threading
 import time
@@ -53,24 +55,33 @@ def adopt_orphans() -> None:
 
 def run_measured(cmd: Sequence[str], cwd: Path, env: Mapping[str, str] | None = None) -> Measured:
     """Run `cmd` to its end (and its adopted descendants' ends) with its process tree watched."""
-    peaks, stop = Peaks(), threading.Event()
-    cpu0, t0 = _children_cpu_s(), time.monotonic()
+    peaks, stop, cpu = Peaks(), threading.Event(), _CpuTicks()
+    t0 = time.monotonic()
     proc = subprocess.Popen(  # noqa: S603 - the bench's own commands
         list(cmd), cwd=cwd, env=None if env is None else dict(env),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    watcher = threading.Thread(target=_watch, args=(peaks, stop), daemon=True)
+    watcher = threading.Thread(target=_watch, args=(peaks, cpu, stop), daemon=True)
     watcher.start()
     out, err = proc.communicate()
     _reap_all()
     stop.set()
     watcher.join()
-    return Measured(proc.returncode, out, err, time.monotonic() - t0, _children_cpu_s() - cpu0, peaks)
+    return Measured(proc.returncode, out, err, time.monotonic() - t0, cpu.seconds(), peaks)
 
 
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+class _CpuTicks:
+    """The last CPU time (utime + stime, clock ticks) seen of each process, by (pid, start time)."""
+
+    def __init__(self) -> None:
+        self.last: dict[tuple[int, int], int] = {}
+
+    def see(self, pid: int, stat: list[str]) -> None:
+        """Record `pid`'s /proc stat fields (after the command name)."""
+        self.last[(pid, int(stat[19]))] = int(stat[11]) + int(stat[12])
+
+    def seconds(self) -> float:
+        return sum(self.last.values()) / os.sysconf("SC_CLK_TCK")
 
 
 def _reap_all(timeout_s: float = 120.0) -> None:
@@ -86,21 +97,23 @@ def _reap_all(timeout_s: float = 120.0) -> None:
     raise TimeoutError(f"child processes still running {timeout_s:.0f} s after the command ended")
 
 
-def _tree(pid: int) -> list[int]:
-    """`pid` and every descendant of it (from /proc), `pid` first."""
+def _tree(pid: int) -> dict[int, list[str]]:
+    """`pid` and every descendant of it (from /proc), `pid` first: their stat fields after the name."""
+    stats: dict[int, list[str]] = {}
     parents: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/stat", encoding="utf-8") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
                 continue
-            parents.setdefault(ppid, []).append(int(entry.name))
+            stats[int(entry.name)] = fields
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
     tree = [pid]
     for p in tree:  # grows while it is walked: breadth first
         tree += parents.get(p, [])
-    return tree
+    return {p: stats[p] for p in tree if p in stats}
 
 
 def _kind_and_rss(pid: int) -> tuple[str, float] | None:
@@ -123,8 +136,8 @@ def _kind_and_rss(pid: int) -> tuple[str, float] | None:
     return kind, rss_kb / 1024.0
 
 
-def _watch(peaks: Peaks, stop: threading.Event, every_s: float = 0.2) -> None:
-    """Raise `peaks` to the RSS by class of this process's descendants until `stop` is set.
+def _watch(peaks: Peaks, cpu: _CpuTicks, stop: threading.Event, every_s: float = 0.2) -> None:
+    """Note the RSS by class and the CPU time of this process's descendants until `stop` is set.
 
     Descendants of this process, not of the command: a command's orphans (the JVM once the driver has
     gone) are this process's children then (`adopt_orphans`). One command runs at a time.
@@ -132,7 +145,8 @@ def _watch(peaks: Peaks, stop: threading.Event, every_s: float = 0.2) -> None:
     me = os.getpid()
     while not stop.is_set():
         rss: dict[str, list[float]] = {}
-        for p in _tree(me)[1:]:
+        for p, stat in list(_tree(me).items())[1:]:
+            cpu.see(p, stat)
             if (got := _kind_and_rss(p)) is not None:
                 rss.setdefault(got[0], []).append(got[1])
         workers = rss.get("worker", [])

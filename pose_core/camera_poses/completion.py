@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import enum
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -59,6 +59,19 @@ class CompletionOptions:
 
     # global BA over each segment's keyframes
     ba: BAOptions = field(default_factory=lambda: BAOptions(max_iterations=10))
+    # a segment with more keyframes than this is adjusted in overlapping windows of this many
+    # consecutive keyframes, oldest first, so that BA's memory and time grow with the window, not with
+    # the footage (one problem over an hour's keyframes, whose revisits make the reduced camera system
+    # nearly dense, does not fit in a worker); 0: always one problem
+    ba_window_keyframes: int = 300
+    # keyframes a window shares with the one before it: held at that window's result, they carry the
+    # gauge and scale on (a third of the window: on synthetic tracks, 300 frames, 69 keyframes, windows
+    # of 24 sharing 8 were as accurate as one problem, sharing 4 of 16 worse than no BA;
+    # tests/pose_core/camera_poses/test_ba_windows.py)
+    ba_window_overlap: int = 100
+    # up to this many earlier keyframes outside a window that see most of its points are held fixed in
+    # it, so a point seen again on a revisit keeps its earlier views
+    ba_window_anchors: int = 30
     # residual under which an observation is an inlier, pixels
     inlier_px: float = 3.0
     # minimum inliers for a motion-only pose to be accepted
@@ -116,7 +129,8 @@ class GlobalBA:
     """Outcome of ``bundle_adjust_keyframes``.
 
     Attributes:
-        solves: one solver result per segment with at least two keyframes, in segment order.
+        solves: one solver result per problem solved (a segment with at least two keyframes, or one
+            window of a long one: `CompletionOptions.ba_window_keyframes`), in segment order.
         camera: the intrinsics the adjusted keyframes and points agree with: the given camera, or
             the one estimated from the footage (``fx``, ``fy`` scaled, ``radtan`` with ``k1`` when the
             radial term was accepted; ``intrinsics_source`` ``estimated``).
@@ -144,7 +158,8 @@ def bundle_adjust_keyframes(
     """Global BA per segment over all keyframes; updates ``result`` keyframes and points in place.
 
     An uncalibrated camera is first estimated (``estimate_intrinsics``); every keyframe's observations
-    are then normalised with the estimate and the segments are adjusted with it held fixed.
+    are then normalised with the estimate and the segments are adjusted with it held fixed. A long
+    segment is adjusted in overlapping windows of keyframes (``_ba_windows``), so memory stays bounded.
 
     Args:
         result: output of ``track_episode``.
@@ -162,19 +177,56 @@ def bundle_adjust_keyframes(
     seg_of_kf = np.array([result.segment_id[k.frame_idx] for k in result.keyframes], dtype=np.int64)
     for seg in np.unique(seg_of_kf):
         kfs = [k for k, s in zip(result.keyframes, seg_of_kf, strict=True) if s == seg]
-        res = refine_keyframes(kfs, result.points_in_world, out.camera.focal_px, 1, opts.ba, opts.inlier_px)
-        if res is None:
-            continue
-        logger.debug(
-            "global BA segment %d: %d keyframes, cost %.1f -> %.1f, converged=%s",
-            seg,
-            len(kfs),
-            res.initial_cost,
-            res.cost,
-            res.converged,
-        )
-        out.solves.append(res)
+        for chosen, fixed in _ba_windows(kfs, opts):
+            res = refine_keyframes(
+                chosen, result.points_in_world, out.camera.focal_px, fixed, opts.ba, opts.inlier_px
+            )
+            if res is None:
+                continue
+            logger.debug(
+                "global BA segment %d: %d keyframes (%d held), cost %.1f -> %.1f, converged=%s",
+                seg, len(chosen), int(np.sum(fixed)), res.initial_cost, res.cost, res.converged,
+            )  # fmt: skip
+            out.solves.append(res)
     return out
+
+
+def _ba_windows(
+    kfs: list[Keyframe], opts: CompletionOptions
+) -> Iterator[tuple[list[Keyframe], np.ndarray | int]]:
+    """The problems global BA solves for one segment's keyframes (oldest first): `(keyframes, fixed)`.
+
+    One problem (the first keyframe holds the gauge) up to `opts.ba_window_keyframes`; above, windows
+    of that many consecutive keyframes, each sharing `opts.ba_window_overlap` with the one before (held
+    fixed at its result: gauge and scale) and holding fixed up to `opts.ba_window_anchors` earlier
+    keyframes that see most of its points. Yielded lazily: a window's anchors are picked after the
+    windows before it were solved (their observations, outliers removed, are current).
+    """
+    size, overlap = opts.ba_window_keyframes, opts.ba_window_overlap
+    if size <= 0 or len(kfs) <= size:
+        yield kfs, 1
+        return
+    if not 0 <= overlap < size:
+        raise ValueError(f"ba_window_overlap must be in [0, ba_window_keyframes), got {overlap}")
+    for start in range(0, len(kfs) - overlap, size - overlap):
+        window = kfs[start : start + size]
+        anchors = _anchor_keyframes(kfs[:start], window, opts.ba_window_anchors)
+        fixed = np.zeros(len(anchors) + len(window), bool)
+        fixed[: len(anchors)] = True
+        fixed[len(anchors) : len(anchors) + (overlap if start > 0 else 1)] = True
+        yield [*anchors, *window], fixed
+
+
+def _anchor_keyframes(earlier: list[Keyframe], window: list[Keyframe], count: int) -> list[Keyframe]:
+    """Up to `count` of `earlier` that share the most points with `window` (at least one), oldest first."""
+    if count <= 0 or not earlier:
+        return []
+    points = np.unique(np.concatenate([k.point_idx for k in window]))
+    obs = np.concatenate([k.point_idx for k in earlier])
+    owner = np.repeat(np.arange(len(earlier)), [len(k.point_idx) for k in earlier])
+    shared = np.bincount(owner[np.isin(obs, points)], minlength=len(earlier))
+    best = np.argsort(-shared, kind="stable")[:count]
+    return [earlier[i] for i in sorted(best) if shared[i] > 0]
 
 
 def estimate_intrinsics(result: TrackingResult, camera: Camera, opts: CompletionOptions) -> GlobalBA:
