@@ -304,7 +304,9 @@ def _correct_loop(atlas: Atlas, match: PlaceMatch, segment: int, opts: LoopOptio
     """
     kf_ids = atlas.segment_keyframes(segment)
     current = len(kf_ids) - 1
-    seen = [np.count_nonzero(np.isin(atlas.keyframes[k].point_idx, match.target_idx)) for k in kf_ids]
+    obs = [atlas.keyframes[k].point_idx for k in kf_ids]
+    owner = np.repeat(np.arange(len(kf_ids)), [len(o) for o in obs])
+    seen = np.bincount(owner[np.isin(np.concatenate(obs), match.target_idx)], minlength=len(kf_ids))
     loop = int(np.argmax(seen[:-1])) if current > 0 else 0
     cfw = np.stack([atlas.keyframes[k].cam_from_world for k in kf_ids])
     bridges = set(atlas.bridges)

@@ -121,12 +121,19 @@ def optimise_sim3_graph(
     weight = np.tile(np.array([opts.scale_weight, 1, 1, 1, *([1.0 / max(baseline, 1e-9)] * 3)]), (e, 1))
     if edge_weight is not None:
         weight = weight * (edge_weight[:, None] if edge_weight.ndim == 1 else edge_weight)
+    # An edge between two fixed nodes adds a constant to the cost and nothing else: it is evaluated once,
+    # so an iteration costs what the free part of the graph holds (a loop closed late in a long map
+    # frees only the loop's span).
+    live = ~(fixed[src] & fixed[dst])
+    held = _unchart(meas_inv[~live] @ _inverse(_chart(v[dst[~live]])) @ _chart(v[src[~live]])) * weight[~live]
+    held_cost = float(np.sum(held**2))
+    src, dst, meas_inv, weight = src[live], dst[live], meas_inv[live], weight[live]
 
     def residuals(v_src: np.ndarray, v_dst: np.ndarray) -> np.ndarray:
         return _unchart(meas_inv @ _inverse(_chart(v_dst)) @ _chart(v_src)) * weight
 
     res = residuals(v[src], v[dst])
-    cost, damping = float(np.sum(res**2)), opts.initial_damping
+    cost, damping = held_cost + float(np.sum(res**2)), opts.initial_damping
     for _ in range(opts.max_iterations):
         jac = _edge_jacobians(residuals, v[src], v[dst])  # (E, 7, 14)
         hess, grad = _normal_equations(jac, res, slot[src], slot[dst], len(free))
@@ -135,7 +142,7 @@ def optimise_sim3_graph(
             trial = v.copy()
             trial[free] += step
             trial_res = residuals(trial[src], trial[dst])
-            trial_cost = float(np.sum(trial_res**2))
+            trial_cost = held_cost + float(np.sum(trial_res**2))
             if trial_cost < cost:
                 break
             damping *= 10.0
