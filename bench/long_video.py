@@ -15,7 +15,7 @@ worker and of all Python workers together, sampled from /proc every 0.2 s. Per l
 camera pose against the ground truth (ATE after a Sim(3) fit, every frame counted) and frames per
 CPU-second over the whole pipeline, both of the process trees and of the stages' units alone (`runs.cpu_s`:
 without the JVM starts and Spark's fixed cost per stage, which long footage amortises). A stage that
-fails stops its length; the table says where and why.
+fails, or runs past `--stage-timeout-s`, stops its length; the table says where and why.
 Writes `long_video.{md,json}`.
 """
 
@@ -55,12 +55,14 @@ class StageFigures:
     error: str = ""
 
 
-def run_stage(stage: str, videos: Path, out: Path, settings: list[str]) -> StageFigures:
-    """`egolake run --stages STAGE` with its process tree watched."""
+def run_stage(stage: str, videos: Path, out: Path, settings: list[str], timeout_s: float) -> StageFigures:
+    """`egolake run --stages STAGE` with its process tree watched, killed after `timeout_s`."""
     cmd = [sys.executable, "-m", "jobs.cli", "-q", "run", str(videos), str(out), "--stages", stage]
-    run = run_measured(cmd + [a for s in settings for a in ("--set", s)], REPO)
+    run = run_measured(cmd + [a for s in settings for a in ("--set", s)], REPO, timeout_s=timeout_s)
     figures = StageFigures(stage, run.returncode == 0, run.wall_s, run.cpu_s, run.peaks)
-    if run.returncode != 0:
+    if run.returncode is None:
+        figures.error = f"not done after {timeout_s:.0f} s (--stage-timeout-s): killed"
+    elif run.returncode != 0:
         tail = run.stderr.strip().splitlines()
         figures.error = tail[-1][:300] if tail else f"exit {run.returncode}"
     return figures
@@ -129,7 +131,9 @@ def _sample(work: Path, minutes: float, loop_frames: int) -> tuple[Path, Path]:
     return root / "videos", truth
 
 
-def bench_length(work: Path, minutes: float, loop_frames: int, settings: list[str]) -> dict[str, Any]:
+def bench_length(
+    work: Path, minutes: float, loop_frames: int, settings: list[str], timeout_s: float
+) -> dict[str, Any]:
     """Every stage over one length of footage; see the module docstring."""
     from jobs.pipeline import STAGE_NAMES
 
@@ -140,7 +144,7 @@ def bench_length(work: Path, minutes: float, loop_frames: int, settings: list[st
     stages = []
     for stage in STAGE_NAMES:
         if stage not in done:
-            figures = run_stage(stage, videos, out, settings)
+            figures = run_stage(stage, videos, out, settings, timeout_s)
             if figures.ok and (error := _failed_episodes(out, stage)):
                 figures.ok, figures.error = False, error
             done[stage] = asdict(figures)
@@ -207,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", default="1,10", help="comma-separated lengths, minutes")
     parser.add_argument("--loop-frames", type=int, default=900, help="frames of the rendered loop")
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--stage-timeout-s", type=float, default=7200.0, help="a stage running longer is killed, reported"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     adopt_orphans()

@@ -10,8 +10,10 @@ reaper of orphaned descendants (`adopt_orphans`): the tree stays findable under 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -38,7 +40,7 @@ class Peaks:
 class Measured:
     """A finished command: exit status, output, wall and CPU seconds of its tree, memory peaks."""
 
-    returncode: int
+    returncode: int | None  # None: killed after its time limit
     stdout: str
     stderr: str
     wall_s: float
@@ -53,8 +55,13 @@ def adopt_orphans() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
 
 
-def run_measured(cmd: Sequence[str], cwd: Path, env: Mapping[str, str] | None = None) -> Measured:
-    """Run `cmd` to its end (and its adopted descendants' ends) with its process tree watched."""
+def run_measured(
+    cmd: Sequence[str], cwd: Path, env: Mapping[str, str] | None = None, timeout_s: float | None = None
+) -> Measured:
+    """Run `cmd` to its end (and its adopted descendants' ends) with its process tree watched.
+
+    After `timeout_s` every descendant is killed (SIGKILL) and the result's `returncode` is None.
+    """
     peaks, stop, cpu = Peaks(), threading.Event(), _CpuTicks()
     t0 = time.monotonic()
     proc = subprocess.Popen(  # noqa: S603 - the bench's own commands
@@ -63,11 +70,19 @@ def run_measured(cmd: Sequence[str], cwd: Path, env: Mapping[str, str] | None = 
     )  # fmt: skip
     watcher = threading.Thread(target=_watch, args=(peaks, cpu, stop), daemon=True)
     watcher.start()
-    out, err = proc.communicate()
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        returncode: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        for pid in list(_tree(os.getpid()))[1:]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        returncode = None
     _reap_all()
     stop.set()
     watcher.join()
-    return Measured(proc.returncode, out, err, time.monotonic() - t0, cpu.seconds(), peaks)
+    return Measured(returncode, out, err, time.monotonic() - t0, cpu.seconds(), peaks)
 
 
 class _CpuTicks:

@@ -39,3 +39,17 @@ def test_an_orphaned_grandchild_counts_in_cpu_time_and_memory_peaks():
     assert got["cpu_s"] >= 0.55  # the grandchild's CPU, reaped by the bench after its parent had gone
     assert got["wall_s"] >= 0.55  # the command is over only when the orphan is
     assert 150 <= got["worker_mb"] <= 400  # sampled from /proc while it ran
+
+
+def test_a_command_past_its_time_limit_is_killed_with_its_descendants():
+    bench = (
+        "import json, sys, time\nfrom pathlib import Path\n"
+        "from bench.process_tree import adopt_orphans, run_measured\nadopt_orphans()\n"
+        "child = \"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; "
+        "time.sleep(60)']); time.sleep(60)\"\n"
+        "run = run_measured([sys.executable, '-c', child], Path('.'), timeout_s=1.0)\n"
+        "print(json.dumps({'rc': run.returncode, 'wall_s': run.wall_s}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", bench], cwd=ROOT, capture_output=True, text=True, check=True)  # noqa: S603
+    got = json.loads(proc.stdout)
+    assert got["rc"] is None and got["wall_s"] < 30  # the sleeping grandchild was killed too, not waited for
