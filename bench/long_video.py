@@ -159,7 +159,8 @@ def bench_length(
     if all(s["ok"] for s in stages) and len(stages) == len(STAGE_NAMES):
         cpu = sum(s["cpu_s"] for s in stages)
         result["frames_per_cpu_s"] = frames / cpu
-        units = _query(out, "SELECT stage, sum(cpu_s) AS cpu_s FROM runs WHERE status = 'ok' GROUP BY stage")
+        # a stage with nothing to do (retarget without embodiments) measures no unit: 0
+        units = _query(out, "SELECT stage, coalesce(sum(cpu_s), 0.0) AS cpu_s FROM runs GROUP BY stage")
         result["unit_cpu_s"] = dict(zip(units["stage"], units["cpu_s"].astype(float), strict=True))
         result["frames_per_unit_cpu_s"] = frames / sum(result["unit_cpu_s"].values())
         result["camera"] = camera_accuracy(out, truth)
@@ -220,7 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     meta = provenance("bench.long_video")
-    results = [bench_length(work, float(m), args.loop_frames, args.settings) for m in args.minutes.split(",")]
+    results = [
+        bench_length(work, float(m), args.loop_frames, args.settings, args.stage_timeout_s)
+        for m in args.minutes.split(",")
+    ]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "long_video.json").write_text(
