@@ -25,6 +25,7 @@ import dataclasses
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -168,7 +169,8 @@ def write_sample(out_dir: str | os.PathLike[str], opts: SampleOptions) -> dict[s
     _write_videos(episode, paths["video"], paths.get("video_right"), EncodeOptions(crf=opts.crf), opts.loops)
     calib = _calibration(episode)
     _write_yaml(paths["calib"], calib)
-    imu = _looped(episode, opts.loops).imu
+    looped = _looped(episode, opts.loops)
+    imu = looped.imu
     np.savetxt(
         paths["imu"],
         np.column_stack([imu.ts_s, imu.accel, imu.gyro]),
@@ -179,7 +181,6 @@ def write_sample(out_dir: str | os.PathLike[str], opts: SampleOptions) -> dict[s
     )
     with open(paths["task"], "w", encoding="utf-8") as f:
         f.write(episode.task + "\n")
-    looped = _looped(episode, opts.loops)
     paths.update(_write_ground_truth(gt_dir, looped, calib, opts))
     logger.info("wrote synthetic sample %s (%d frames) to %s", opts.stem, looped.num_frames, out)
     return paths
@@ -190,22 +191,27 @@ def _write_videos(
 ) -> None:
     """Render the episode once and encode the left (and right) stream(s) in lock-step.
 
-    With `loops` > 1 the clip is encoded beside each path, then written there `loops` times over.
+    With `loops` > 1 the clip is encoded in a temporary folder beside the videos' (never where a run
+    would take it for an input), then written to each path `loops` times over.
     """
+    if loops > 1:
+        with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.dirname(left_path))) as tmp:
+            left_clip = os.path.join(tmp, "left.mp4")
+            right_clip = None if right_path is None else os.path.join(tmp, "right.mp4")
+            _write_videos(episode, left_clip, right_clip, enc, 1)
+            repeat_video(left_clip, left_path, loops)
+            if right_path is not None and right_clip is not None:
+                repeat_video(right_clip, right_path, loops)
+        return
     fps = episode.options.fps
-    once = {p: p if loops == 1 else p + ".loop.mp4" for p in (left_path, right_path) if p is not None}
-    with VideoWriter(once[left_path], fps, enc) as left:
-        right = None if right_path is None else VideoWriter(once[right_path], fps, enc)
+    with VideoWriter(left_path, fps, enc) as left:
+        right = None if right_path is None else VideoWriter(right_path, fps, enc)
         for frame in episode.frames():
             left.write(frame.rgb)
             if right is not None and frame.rgb_right is not None:
                 right.write(frame.rgb_right)
         if right is not None:
             right.close()
-    if loops > 1:
-        for path, clip in once.items():
-            repeat_video(clip, path, loops)
-            os.remove(clip)
 
 
 def _looped(episode: SynthEpisode, loops: int) -> SynthEpisode:

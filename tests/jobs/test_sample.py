@@ -120,10 +120,11 @@ class TestWriteSample:
 def test_loops_play_one_rendered_closed_loop_over_and_over(tmp_path):
     """`loops=3`: the video is the rendered clip three times over, its frame after the last is its first
     (the motion is periodic, so no seam), and the ground truth covers every frame."""
-    opts = SampleOptions(frames=8, loops=3, width=160, height=120, focal_px=125.0, seed=5)
+    opts = SampleOptions(frames=8, loops=3, width=160, height=120, focal_px=125.0, seed=5, stereo=True)
     paths = write_sample(tmp_path, opts)
     frames = _decode(paths["video"])
-    assert len(frames) == 24
+    assert len(frames) == len(_decode(paths["video_right"])) == 24
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ground_truth", "videos"]  # no clip left behind
     for k in (1, 2):
         for (a, _), (b, _) in zip(frames[:8], frames[8 * k : 8 * (k + 1)], strict=True):
             np.testing.assert_array_equal(a, b)
