@@ -14,19 +14,18 @@ core-second, and the speed-up over the first master. Writes `executors.{md,json}
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import re
 import shutil
-import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from bench.process_tree import adopt_orphans, run_measured
-from bench.report import NOTES_MARKER, kept_notes, provenance
+from bench.report import provenance, write_result
+from jobs.sample import SampleOptions, write_sample
 
 logger = logging.getLogger(__name__)
 
@@ -62,17 +61,7 @@ def _batch(work: Path, episodes: int, frames: int) -> Path:
     root = work / f"in_{episodes}x{frames}"
     for seed in range(1, episodes + 1):
         if not (root / "videos" / f"synth_{seed:03d}.mp4").exists():
-            cmd = [
-                sys.executable,
-                "-m",
-                "jobs.sample",
-                str(root),
-                "--frames",
-                str(frames),
-                "--seed",
-                str(seed),
-            ]
-            subprocess.run(cmd, cwd=REPO, check=True, capture_output=True)  # noqa: S603 - our own module
+            write_sample(root, SampleOptions(frames=frames, seed=seed))
     return root / "videos"
 
 
@@ -134,11 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         slug = re.sub(r"[^a-z0-9]+", "_", master).strip("_")
         result["runs"].append(run_master(master, videos, work / f"out_{slug}", args.settings))
         logger.info("%s", result["runs"][-1])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "executors.json").write_text(json.dumps(result, indent=2))
-    notes = kept_notes(out / "executors.md")
-    (out / "executors.md").write_text(_markdown(result) + (f"\n{NOTES_MARKER}\n\n{notes}" if notes else ""))
+    write_result(args.out, "executors", result, _markdown(result))
     return 0
 
 

@@ -25,7 +25,6 @@ import argparse
 import io
 import json
 import logging
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from bench.process_tree import Peaks, adopt_orphans, run_measured
-from bench.report import NOTES_MARKER, kept_notes, provenance
+from bench.report import provenance, write_result
+from jobs.sample import SampleOptions, write_sample
 
 logger = logging.getLogger(__name__)
 
@@ -123,11 +123,7 @@ def _sample(work: Path, minutes: float, loop_frames: int) -> tuple[Path, Path]:
     root = work / f"in_{name}"
     truth = root / "ground_truth" / name
     if not (truth / "world_from_cam.npy").exists():
-        subprocess.run(  # noqa: S603
-            [sys.executable, "-m", "jobs.sample", str(root), "--frames", str(loop_frames),
-             "--loops", str(loops), "--name", name],
-            cwd=REPO, check=True, capture_output=True,
-        )  # fmt: skip
+        write_sample(root, SampleOptions(frames=loop_frames, loops=loops, name=name))
     return root / "videos", truth
 
 
@@ -225,14 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         bench_length(work, float(m), args.loop_frames, args.settings, args.stage_timeout_s)
         for m in args.minutes.split(",")
     ]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "long_video.json").write_text(
-        json.dumps({**meta, "settings": args.settings, "results": results}, indent=2)
-    )
-    notes = kept_notes(out / "long_video.md")
-    text = _markdown(results, meta, args.settings)
-    (out / "long_video.md").write_text(text + (f"\n{NOTES_MARKER}\n\n{notes}" if notes else ""))
+    result = {**meta, "settings": args.settings, "results": results}
+    write_result(args.out, "long_video", result, _markdown(results, meta, args.settings))
     return 0
 
 

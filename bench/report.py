@@ -43,3 +43,15 @@ def write_key_values(out: str | Path, name: str, title: str, result: dict[str, A
     (out / f"{name}.json").write_text(json.dumps(result, indent=2))
     lines = "\n".join(f"- {key}: {value}" for key, value in result.items())
     (out / f"{name}.md").write_text(f"# {title}\n\n{lines}\n")
+
+
+def write_result(out: str | Path, name: str, result: dict[str, Any], markdown: str) -> None:
+    """Write `result` as OUT/<name>.json and `markdown` as OUT/<name>.md.
+
+    The hand-written notes of the previous OUT/<name>.md (below `NOTES_MARKER`) are kept.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2))
+    notes = kept_notes(out / f"{name}.md")
+    (out / f"{name}.md").write_text(markdown + (f"\n{NOTES_MARKER}\n\n{notes}" if notes else ""))
