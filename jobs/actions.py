@@ -29,7 +29,8 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
     frames = read(ctx.spark, ctx.layout, FRAMES).where(in_scope).select("episode_id", "frame_idx", "ts_s")
     frames = frames.join(tasks, "episode_id", "left").select(*FRAME_COLUMNS)
     hands = read(ctx.spark, ctx.layout, HANDS_WORLD).where(in_scope).select(*HAND_COLUMNS)
-    result = cogroup_per_episode(frames, hands, partial(episode_actions, opts=ctx.cfg.actions), ACTIONS.arrow)
+    unit = partial(episode_actions, opts=ctx.cfg.actions)
+    result = cogroup_per_episode(frames, hands, episodes, unit, ACTIONS.arrow)
     return write_guarded(ctx, lineage, episodes, result, ACTIONS)
 
 

@@ -79,7 +79,7 @@ def _process_tracking(ctx: StageContext, lineage: Lineage, episodes: list[str]) 
         ctx,
         lineage,
         episodes,
-        apply_per_episode(_feature_view(ctx, episodes), unit, TRACKING_OUTPUTS, ctx.placement),
+        apply_per_episode(_feature_view(ctx, episodes), episodes, unit, TRACKING_OUTPUTS, ctx.placement),
         *TRACKING_OUTPUTS,
     )
 
@@ -88,7 +88,7 @@ def _process_ba(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> lis
     """Bundle-adjust each episode's keyframes; write `keyframe_poses`, `ba_points` and `ba_cameras`."""
     unit = partial(ba_unit, opts=ctx.cfg.completion)
     inputs = read_stacked(ctx, episodes, BA_INPUTS, {})
-    result = apply_per_episode(inputs, unit, BA_OUTPUTS, ctx.placement)
+    result = apply_per_episode(inputs, episodes, unit, BA_OUTPUTS, ctx.placement)
     return write_guarded(ctx, lineage, episodes, result, *BA_OUTPUTS)
 
 
@@ -97,7 +97,7 @@ def _process_completion(ctx: StageContext, lineage: Lineage, episodes: list[str]
     unit = partial(completion_unit, opts=ctx.cfg.completion, tracking=ctx.cfg.tracking)
     given = {FEATURE_VIEW.name: _feature_view(ctx, episodes)}
     inputs = read_stacked(ctx, episodes, COMPLETION_INPUTS, given)
-    result = apply_per_episode(inputs, unit, (CAMERA_POSES,), ctx.placement)
+    result = apply_per_episode(inputs, episodes, unit, (CAMERA_POSES,), ctx.placement)
     return write_guarded(ctx, lineage, episodes, result, CAMERA_POSES)
 
 

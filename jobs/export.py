@@ -10,9 +10,7 @@ Dataset-level, not an episode `Stage` (like ingest it is special-cased in `run_p
    the latest version's -> no new version, every episode `skipped`.
 3. The driver plans indices (`udfs.lerobot.dataset.plan_episodes`); executors write the
    per-episode data and video files in parallel into `datasets/<name>/_staging/<run_id>/`
-   (`cogroup(...).applyInPandas` grouped by a per-episode `_slot` chosen so that hash partitioning
-   spreads episode k to task k mod n: no hash collisions, nothing for adaptive execution to merge;
-   computed on the driver from Spark's hash function, no probe job) and return metadata rows.
+   (`cogroup_per_episode`: episode k in task k mod n, `jobs.slots`) and return metadata rows.
 4. The driver writes meta/, the card and the manifest, and publishes `v<N>` (`jobs.datasets`). The
    staging folder is locked as live while it exists; staging left by a killed export is removed
    first (`datasets.clean_stale_staging`).
@@ -207,53 +205,13 @@ def _source_rows(
     )
 
 
-_M32 = 0xFFFFFFFF
-
-
-def _rotl32(x: int, r: int) -> int:
-    return ((x << r) | (x >> (32 - r))) & _M32
-
-
-def _murmur3_mix(h1: int, k1: int) -> int:
-    k1 = (_rotl32((k1 * 0xCC9E2D51) & _M32, 15) * 0x1B873593) & _M32
-    return (_rotl32(h1 ^ k1, 13) * 5 + 0xE6546B64) & _M32
-
-
-def _hash_partition(value: int, n: int) -> int:
-    """The partition `repartition(n, col)` sends a LongType `value` to, computed without a Spark job.
-
-    Spark's hash partitioning is `pmod(murmur3_x86_32(value, seed 42), n)` (`HashPartitioning`,
-    `Murmur3Hash.hashLong`: the low then the high 32 bits mixed, finalised with length 8);
-    tests/jobs/test_export.py checks it against Spark's own `hash()`.
-    """
-    v = value & 0xFFFFFFFFFFFFFFFF
-    h = _murmur3_mix(_murmur3_mix(42, v & _M32), v >> 32) ^ 8
-    h = ((h ^ (h >> 16)) * 0x85EBCA6B) & _M32
-    h = ((h ^ (h >> 13)) * 0xC2B2AE35) & _M32
-    h ^= h >> 16
-    return (h - (1 << 32) if h >> 31 else h) % n
-
-
-def _slot_values(n: int, count: int) -> list[int]:
-    """`count` distinct integers, the k-th one sent to partition k mod n by Spark's hash partitioning."""
-    by_partition: dict[int, list[int]] = {p: [] for p in range(n)}
-    value = 0
-    while any(len(by_partition[p]) < -(-count // n) for p in range(min(n, count))):
-        by_partition[_hash_partition(value, n)].append(value)
-        value += 1
-    return [by_partition[k % n][k // n] for k in range(count)]
-
-
 def _write_files(
     ctx: StageContext, plan: pd.DataFrame, opts: ExportOptions, robot: RobotLayout | None
 ) -> tuple[pd.DataFrame, dict[str, str]]:
     """Executors write the planned episodes' files; returns (metadata rows, {failed episode: error})."""
     episodes = plan["episode_id"].tolist()
     scope = F.col("episode_id").isin(episodes)
-    n_tasks = max(1, min(len(episodes), 4 * ctx.spark.sparkContext.defaultParallelism))
-    slots = _slot_values(n_tasks, len(plan))
-    plan = plan.assign(_slot=[slots[i] for i in plan["episode_index"]])
-    planned = F.broadcast(ctx.spark.createDataFrame(plan[["episode_id", "_slot", *PLAN_COLUMNS]]))
+    planned = F.broadcast(ctx.spark.createDataFrame(plan[["episode_id", *PLAN_COLUMNS]]))
     frames = read(ctx.spark, ctx.layout, FRAMES).where(scope).select("episode_id", "frame_idx", "ts_s")
     poses = (
         read(ctx.spark, ctx.layout, CAMERA_POSES)
@@ -261,15 +219,11 @@ def _write_files(
         .select("episode_id", "frame_idx", "world_from_cam_q_wxyz", "world_from_cam_t_mu")
     )
     posed = frames.join(poses, ["episode_id", "frame_idx"], "left").join(planned, "episode_id")
-    slot_of = F.broadcast(
-        ctx.spark.createDataFrame(plan[["episode_id", "_slot"]])
-    )  # not `planned`: no self-join
-    rows = _source_rows(ctx, scope, opts, robot).join(slot_of, "episode_id")
-    # `_slot`: one integer per episode, chosen so that hash partitioning puts episode k in partition
-    # k mod n. Grouped by `_slot` the cogroup needs no further shuffle, so adaptive execution cannot merge
-    # the tasks, and no two episodes share a task by a hash collision while cores are idle.
+    rows = _source_rows(ctx, scope, opts, robot)
+    # One task per episode (`jobs.slots`), in dataset order: episode index k in task k mod n.
+    in_order = plan.sort_values("episode_index")["episode_id"].tolist()
     unit = partial(export_episode, opts=opts, robot=robot)
-    result = cogroup_per_episode(posed, rows, unit, EPISODE_META, key="_slot", partitions=n_tasks).toPandas()
+    result = cogroup_per_episode(posed, rows, in_order, unit, EPISODE_META).toPandas()
     failed = result[result["_row_kind"] == ERROR_KIND]
     return result[result["_row_kind"] == ROW_KIND], dict(
         zip(failed["episode_id"], failed["_error"], strict=True)

@@ -92,8 +92,8 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
         posed = posed.unionByName(maps, allowMissingColumns=True)
     hands = read(ctx.spark, ctx.layout, HANDS_CAM).where(in_scope & F.col("episode_id").isin(list(posed_ids)))
     result = cogroup_per_episode(
-        posed, hands.select(*HANDS_CAM.columns), partial(fuse_hands, opts=ctx.cfg.fusion), HANDS_WORLD.arrow,
-        placement=ctx.placement,
+        posed, hands.select(*HANDS_CAM.columns), episodes, partial(fuse_hands, opts=ctx.cfg.fusion),
+        HANDS_WORLD.arrow, placement=ctx.placement,
     )  # fmt: skip
     # Every episode's old rows are replaced; those without poses get none and fail.
     outcomes = write_guarded(ctx, lineage, episodes, result, HANDS_WORLD)

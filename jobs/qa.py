@@ -89,7 +89,7 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
     tables = (*QA_INPUTS, ROBOT_INPUT) if exists(ctx.layout, ROBOT_INPUT) else QA_INPUTS
     inputs = read_stacked(ctx, episodes, tables, {}).where(F.col("episode_id").isin(episodes))
     unit = partial(qa_unit, opts=ctx.cfg.qa, qa_root=os.path.abspath(ctx.layout.qa))
-    outcomes = write_guarded(ctx, lineage, episodes, apply_per_episode(inputs, unit, (QA,)), QA)
+    outcomes = write_guarded(ctx, lineage, episodes, apply_per_episode(inputs, episodes, unit, (QA,)), QA)
     write_index(ctx)
     return outcomes
 

@@ -60,7 +60,7 @@ def process(ctx: StageContext, lineage: Lineage, episodes: list[str]) -> list[Ep
     hands = read(ctx.spark, ctx.layout, HANDS_WORLD).where(in_scope & retargeted)
     hands = hands.select(*HAND_COLUMNS, *(c for c in _OPTIONAL_HAND_COLUMNS if c in hands.columns))
     unit = partial(retarget_named, names=names, opts=opts)
-    result = cogroup_per_episode(frames, hands, unit, OUTPUT_SCHEMA)
+    result = cogroup_per_episode(frames, hands, episodes, unit, OUTPUT_SCHEMA)
     return write_guarded(ctx, lineage, episodes, result, ROBOT_ACTIONS, ROBOT_QUALITY)
 
 

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 
 from jobs.config import GpuOptions, PipelineConfig
 from jobs.disk import no_space, out_of_space
+from jobs.slots import SLOT, spread
 from jobs.tables import Layout, Lineage, append, exists, read
 from schemas import TableSchema
 from schemas.base import spark_schema
@@ -438,44 +439,52 @@ def read_stacked(
 
 def apply_per_episode(
     inputs: DataFrame,
+    episodes: Sequence[str],
     unit: Callable[[pd.DataFrame], pd.DataFrame],
     outputs: Sequence[TableSchema],
     placement: Placement = CPU,
 ) -> DataFrame:
-    """Run `unit` per episode under the guard, where `placement` says.
+    """Run `unit` per episode of `episodes` under the guard, one task each (`jobs.slots`).
 
-    The result stacks `outputs` (or is `outputs[0]`'s rows).
+    Tasks run where `placement` says. The result stacks `outputs` (or is `outputs[0]`'s rows).
     """
     schema = union_schema(outputs) if len(outputs) > 1 else outputs[0].arrow
     columns = schema.names
 
     def guarded_unit(pdf: pd.DataFrame) -> pd.DataFrame:
-        return run_unit(unit, pdf, columns)
+        return run_unit(unit, pdf.drop(columns=SLOT), columns)
 
     fn = placement.wrap(guarded_unit)
-    return placement.schedule(
-        inputs.groupBy("episode_id").applyInPandas(fn, spark_schema(guarded_schema(schema)))
-    )
+    grouped = spread(inputs, episodes).groupBy(SLOT)  # one slot per episode
+    return placement.schedule(grouped.applyInPandas(fn, spark_schema(guarded_schema(schema))))
 
 
 def cogroup_per_episode(
-    left: DataFrame, right: DataFrame, unit: PairFn, output: pa.Schema, key: str = "episode_id",
-    partitions: int | None = None, placement: Placement = CPU,
-) -> DataFrame:  # fmt: skip
-    """Run `unit(left rows, right rows)` per group of `key` under the guard (a failure is its error row).
+    left: DataFrame,
+    right: DataFrame,
+    episodes: Sequence[str],
+    unit: PairFn,
+    output: pa.Schema,
+    placement: Placement = CPU,
+) -> DataFrame:
+    """Run `unit(left rows, right rows)` per episode of `episodes` under the guard, one task each.
+
+    A unit's failure is its error row; `jobs.slots` spreads the episodes over the tasks.
 
     Args:
-        left: the first input (the unit's first argument); a group may be empty on one side.
+        left: the first input (the unit's first argument); an episode may have no rows on one side.
         right: the second input.
+        episodes: the batch, in the order its tasks take them (the k-th in task k mod n).
         unit: pandas in, rows of `output` out (columns by name).
         output: the unit's Arrow schema.
-        key: the grouping column (export groups by its `_slot`; the error row still names `episode_id`).
-        partitions: hash-partition both sides by `key` into this many partitions first (so the cogroup
-            needs no further shuffle and keeps exactly these tasks); None leaves it to Spark.
         placement: where the tasks run (`CPU`, or a stage's `ctx.placement`).
     """
-    if partitions is not None:
-        left, right = left.repartition(partitions, key), right.repartition(partitions, key)
-    fn = placement.wrap(guarded_pair(unit, output.names))
-    grouped = left.groupBy(key).cogroup(right.groupBy(key))
+
+    def unslotted(left_rows: pd.DataFrame, right_rows: pd.DataFrame) -> pd.DataFrame:
+        return unit(left_rows.drop(columns=SLOT), right_rows.drop(columns=SLOT))
+
+    fn = placement.wrap(guarded_pair(unslotted, output.names))
+    # By the slot alone (one per episode): two sides grouped by (slot, episode) would be shuffled again,
+    # since a co-partitioned operator needs all its keys in the partitioning.
+    grouped = spread(left, episodes).groupBy(SLOT).cogroup(spread(right, episodes).groupBy(SLOT))
     return placement.schedule(grouped.applyInPandas(fn, spark_schema(guarded_schema(output))))

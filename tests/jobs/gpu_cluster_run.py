@@ -67,15 +67,17 @@ def main(out: str) -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     ctx = StageContext(spark, PipelineConfig(), Layout(out), "gpu-placement")
-    episodes = spark.createDataFrame(pd.DataFrame({"episode_id": list("abcd"), "shard_idx": 0}))
+    ids = list("abcd")
+    rows = pd.DataFrame({"episode_id": ids, "shard_idx": 0})
+    episodes, same = spark.createDataFrame(rows), spark.createDataFrame(rows)  # no self-cogroup
     table = TableSchema("seen", "1", ("episode_id",), "episode_id", SEEN, lineage=False)
     result = {}
     for name, placement in (("cpu", CPU), ("gpu", stage_placement(spark, GpuOptions(enabled=True), "hands"))):
         helpers = {
             "map_per_shard": map_per_shard(replace(ctx, placement=placement), episodes, seen, SEEN),
-            "apply_per_episode": apply_per_episode(episodes, seen, [table], placement),
+            "apply_per_episode": apply_per_episode(episodes, ids, seen, [table], placement),
             "cogroup_per_episode": cogroup_per_episode(
-                episodes, episodes, lambda left, _: seen(left), SEEN, placement=placement
+                episodes, same, ids, lambda left, _: seen(left), SEEN, placement=placement
             ),
         }
         for helper, df in helpers.items():

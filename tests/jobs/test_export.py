@@ -128,24 +128,6 @@ def test_the_demo_ends_with_robot_datasets_that_lerobot_loads(spark, demo_run, e
     assert present.sum() == rows["reachable"].sum()  # a followed hand is present where the robot reached it
 
 
-def test_spark_hash_partitioning_is_predicted_without_a_job(spark):
-    """The export picks its grouping keys with `_hash_partition` instead of probing Spark."""
-    from pyspark.sql import functions as F
-
-    from jobs.export import _hash_partition, _slot_values
-
-    values = [0, 1, 2, 41, 2**31 - 1, 2**31, 2**32 + 5, 2**40 + 3, -1, -(2**35)]
-    for n in (1, 2, 3, 4, 7):
-        expected = (
-            spark.createDataFrame([(v,) for v in values], "v long")
-            .select(F.expr(f"pmod(hash(v), {n})").alias("p"))
-            .toPandas()["p"]
-            .tolist()
-        )
-        assert [_hash_partition(v, n) for v in values] == expected
-        assert [_hash_partition(v, n) for v in _slot_values(n, 10)] == [k % n for k in range(10)]
-
-
 def test_two_executors_wrote_the_episodes_in_parallel_without_clashes(pipeline_run):
     from jobs.datasets import read_manifest
 

@@ -108,14 +108,15 @@ def test_with_gpus_off_the_helpers_run_as_before(spark):
     from schemas.base import TableSchema
 
     table = TableSchema("seen", "1", ("episode_id",), "episode_id", SEEN, lineage=False)
-    episodes = spark.createDataFrame(pd.DataFrame({"episode_id": list("aab"), "x": [1, 2, 3]}))
+    rows = pd.DataFrame({"episode_id": list("aab"), "x": [1, 2, 3]})
+    episodes, same = spark.createDataFrame(rows), spark.createDataFrame(rows)  # no self-cogroup
 
     def count(unit: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({"episode_id": [unit["episode_id"].iat[0]], "rows": [len(unit)]})
 
     results = [
-        apply_per_episode(episodes, count, [table]),
-        cogroup_per_episode(episodes, episodes, lambda left, _: count(left), SEEN),
+        apply_per_episode(episodes, ["a", "b"], count, [table]),
+        cogroup_per_episode(episodes, same, ["a", "b"], lambda left, _: count(left), SEEN),
     ]
     for result in results:
         assert "MapInArrow" not in result._jdf.queryExecution().executedPlan().toString()
@@ -131,7 +132,8 @@ def test_local_spark_refuses_a_gpu_profile_so_placement_stops_first(spark):
 
     table = TableSchema("seen", "1", ("episode_id",), "episode_id", SEEN, lineage=False)
     episodes = spark.createDataFrame(pd.DataFrame({"episode_id": ["a"]}))
-    placed = apply_per_episode(episodes, lambda u: u.assign(rows=1), [table], Placement(gpu_profile(1, 1.0)))
+    gpu = Placement(gpu_profile(1, 1.0))
+    placed = apply_per_episode(episodes, ["a"], lambda u: u.assign(rows=1), [table], gpu)
     assert "MapInArrow" in placed._jdf.queryExecution().executedPlan().toString()  # carries the profile
     with pytest.raises(Exception, match="TaskResourceProfiles are only supported"):
         placed.collect()

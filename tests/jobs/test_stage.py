@@ -104,7 +104,7 @@ def test_a_task_past_its_memory_bound_fails_its_episode_alone(spark):
         return unit[["episode_id", "gib"]]
 
     episodes = spark.createDataFrame(pd.DataFrame({"episode_id": ["big", "small"], "gib": [6.0, 0.25]}))
-    result = apply_per_episode(episodes, reserve, [table], Placement(memory_mb=3072))
+    result = apply_per_episode(episodes, ["big", "small"], reserve, [table], Placement(memory_mb=3072))
     status = guarded_status(result)
     assert list(status.failures) == ["big"]
     assert status.failures["big"].startswith("MemoryError: Unable to allocate 6.00 GiB")
@@ -112,5 +112,6 @@ def test_a_task_past_its_memory_bound_fails_its_episode_alone(spark):
     ok = result.where("_row_kind = 'row'").toPandas()
     assert ok["episode_id"].tolist() == ["small"]
     # Unbounded, the same reservation succeeds: the bound, not the machine, failed it.
-    unbounded = guarded_status(apply_per_episode(episodes, reserve, [table], Placement()))
+    unbounded = guarded_status(apply_per_episode(episodes, ["big", "small"], reserve, [table], Placement()))
     assert unbounded.failures == {}
+
