@@ -43,7 +43,7 @@ from jobs import datasets
 from jobs.config import encode
 from jobs.disk import no_space, out_of_space, worded_no_space
 from jobs.robot_export import retarget_report, robot_targets
-from jobs.stage import EpisodeOutcome, StageContext, cogroup_per_episode, latest_runs, now
+from jobs.stage import EpisodeOutcome, StageContext, cogroup_per_episode, now
 from jobs.tables import Lineage, exists, read
 from pose_core.training import HAND_IDENTITIES
 from schemas.tables import (
@@ -103,7 +103,7 @@ def _candidates(ctx: StageContext) -> tuple[pd.DataFrame, dict[str, str]]:
     `hands_world` rows (that fusion run wrote them): `hands_run_ids`, `hands_config_hash`,
     `hands_stage_version`.
     """
-    latest = latest_runs(ctx.spark, ctx.layout)
+    latest = ctx.latest_runs()
     up = latest[latest["stage"] == UPSTREAM]
     failed = {
         r.episode_id: f"{UPSTREAM} failed: {r.error}" for r in up[up["status"] == "failed"].itertuples()

@@ -23,7 +23,6 @@ from jobs.stage import (
     Stage,
     StageContext,
     apply_per_episode,
-    latest_runs,
     read_stacked,
     write_guarded,
 )
@@ -70,7 +69,7 @@ def write_index(ctx: StageContext) -> str:
         read(ctx.spark, ctx.layout, QUARANTINE).select("source_path", "reason_code", "message").toPandas()
     )
     episodes = videos[["episode_id", "source_path"]].merge(qa, on="episode_id", how="left")
-    latest = latest_runs(ctx.spark, ctx.layout)
+    latest = ctx.latest_runs()
     reasons = _unchecked(latest)
     episodes["unchecked"] = [
         reasons.get(e, "not checked yet") if pd.isna(ok) else None

@@ -115,3 +115,40 @@ def test_a_task_past_its_memory_bound_fails_its_episode_alone(spark):
     unbounded = guarded_status(apply_per_episode(episodes, ["big", "small"], reserve, [table], Placement()))
     assert unbounded.failures == {}
 
+
+@pytest.mark.spark
+def test_the_runs_ledger_answers_as_the_table_and_reads_it_after_others_commit(spark, tmp_path, monkeypatch):
+    """A run's own appends keep its copy of `latest_runs` current; another writer's commit makes it read."""
+    import jobs.stage as stage_module
+    from jobs.config import PipelineConfig
+    from jobs.stage import EpisodeOutcome, StageContext, latest_runs, record_runs
+    from jobs.tables import Layout, Lineage
+
+    reads = []
+    real = stage_module.latest_runs
+    monkeypatch.setattr(stage_module, "latest_runs", lambda s, lay: reads.append(1) or real(s, lay))
+    layout = Layout(str(tmp_path))
+    mine = StageContext(spark, PipelineConfig(), layout, "run-a")
+    other = StageContext(spark, PipelineConfig(), layout, "run-b")
+
+    def outcome(episode, status, hours, error=None):
+        return EpisodeOutcome(episode, status, 1, error, T0, T0 + timedelta(hours=hours), 0.5, 0.4)
+
+    def same_as_table():
+        got = mine.latest_runs().sort_values(["stage", "episode_id"]).reset_index(drop=True)
+        want = latest_runs(spark, layout).sort_values(["stage", "episode_id"]).reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, want)
+
+    lineage = Lineage("run-a", "1", "h")
+    record_runs(mine, "a", lineage, [outcome("e1", "ok", 1), outcome("e2", "failed", 1, "x")])
+    mine.latest_runs()
+    assert len(reads) == 1  # the table's first commit: read once
+    record_runs(mine, "b", lineage, [outcome("e1", "ok", 2), outcome("e2", "skipped", 2)])
+    record_runs(mine, "a", lineage, [outcome("e2", "ok", 3)])  # e2 again, later
+    same_as_table()  # (the reference read is not counted: `latest_runs` imported before the patch)
+    assert len(reads) == 1  # own appends merged, not read
+    assert mine.latest_runs().set_index(["stage", "episode_id"]).at[("a", "e2"), "status"] == "ok"
+    record_runs(other, "b", Lineage("run-b", "1", "h"), [outcome("e1", "failed", 4, "y")])
+    same_as_table()
+    assert len(reads) == 2  # someone else committed: the ledger read the table again
+    assert mine.latest_runs().set_index(["stage", "episode_id"]).at[("b", "e1"), "status"] == "failed"
