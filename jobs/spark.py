@@ -61,6 +61,10 @@ class SparkOptions:
     # default, 50, suits long logs on a cluster; egolake's tables have short logs, and on local[N] 50
     # tasks per table read cost more than they parallelise. Sessions egolake did not start keep theirs.
     delta_snapshot_partitions: int = 2
+    # Module of the Python daemon that forks the executors' Python workers (spark.python.daemon.module):
+    # udfs.worker_daemon imports the stage modules once, so a new worker does not spend ~1.4 CPU-s
+    # importing them. null: Spark's own (pyspark.daemon). Sessions egolake did not start keep theirs.
+    worker_daemon: str | None = "udfs.worker_daemon"
     # Spark's own log level; egolake's logs are configured separately (jobs.logs).
     log_level: str = "ERROR"
     # Any other Spark settings, e.g. {"spark.executor.memory": "8g"}.
@@ -144,12 +148,14 @@ def build_spark(opts: SparkOptions) -> SparkSession:
 
 
 def _with_delta(builder: SparkSession.Builder, opts: SparkOptions) -> SparkSession.Builder:
-    """Delta's SQL extension and catalog, UTC session time, and the user's extra settings."""
+    """Delta's SQL extension and catalog, UTC session time, the worker daemon, the user's extra settings."""
     builder = (
         builder.config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
     )
+    if opts.worker_daemon is not None:
+        builder = builder.config("spark.python.daemon.module", opts.worker_daemon)
     for key, value in opts.extra.items():
         builder = builder.config(key, value)
     return builder
