@@ -79,9 +79,13 @@ class Placement:
     memory_mb: int | None = None
 
     def wrap(self, fn: F_) -> F_:
-        """A UDF function run within `memory_mb` that, placed on a GPU, first enters its task's device."""
-        bounded = with_memory_bound(fn, self.memory_mb)
-        return bounded if self.profile is None else on_task_device(bounded)  # type: ignore[return-value]
+        """A UDF function run within `memory_mb` on its task's device (`udfs.device`).
+
+        Also on the CPU: the task's CPU threads (OpenCV, BLAS, torch) are capped at its `spark.task.cpus`,
+        so the tasks an executor runs at once do not each start a pool as wide as the machine and spin
+        against one another.
+        """
+        return on_task_device(with_memory_bound(fn, self.memory_mb))  # type: ignore[return-value]
 
     def schedule(self, grouped: DataFrame) -> DataFrame:
         """The output of a grouped pandas UDF whose tasks run under `profile`.

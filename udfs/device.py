@@ -125,7 +125,7 @@ def set_threads(cpus: int) -> None:
 
     The environment is set too, for pools that start later (torch reads it at its first parallel op).
     """
-    from threadpoolctl import threadpool_limits  # only a task that is placed needs it
+    from threadpoolctl import threadpool_limits  # loaded on a task's first entry, not at import
 
     os.environ.update(thread_env(cpus))
     cv2.setNumThreads(cpus)
