@@ -77,5 +77,5 @@ def spread(df: DataFrame, episodes: Sequence[str]) -> DataFrame:
     """
     n = task_count(df, len(episodes))
     slots = pd.DataFrame({"episode_id": list(episodes), SLOT: slot_values(n, len(episodes))})
-    table = F.broadcast(df.sparkSession.createDataFrame(slots, "episode_id string, _slot long"))
+    table = F.broadcast(df.sparkSession.createDataFrame(slots, f"episode_id string, {SLOT} long"))
     return df.join(table, "episode_id").repartition(n, SLOT)

@@ -62,7 +62,7 @@ class SparkOptions:
     # tasks per table read cost more than they parallelise. Sessions egolake did not start keep theirs.
     delta_snapshot_partitions: int = 2
     # Module of the Python daemon that forks the executors' Python workers (spark.python.daemon.module):
-    # udfs.worker_daemon imports the stage modules once, so a new worker does not spend ~1.4 CPU-s
+    # udfs.worker_daemon imports the stage modules once, so a new worker does not spend ~1.1 CPU-s
     # importing them. null: Spark's own (pyspark.daemon). Sessions egolake did not start keep theirs.
     worker_daemon: str | None = "udfs.worker_daemon"
     # Spark's own log level; egolake's logs are configured separately (jobs.logs).

@@ -85,7 +85,8 @@ class Placement:
         so the tasks an executor runs at once do not each start a pool as wide as the machine and spin
         against one another.
         """
-        return on_task_device(with_memory_bound(fn, self.memory_mb))  # type: ignore[return-value]
+        bounded = with_memory_bound(fn, self.memory_mb)
+        return on_task_device(bounded, gpu=self.profile is not None)  # type: ignore[return-value]
 
     def schedule(self, grouped: DataFrame) -> DataFrame:
         """The output of a grouped pandas UDF whose tasks run under `profile`.

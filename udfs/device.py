@@ -164,8 +164,11 @@ def current() -> TaskDevice:
     return _STATE.device or TaskDevice("cpu", None, os.cpu_count() or 1)
 
 
-def from_task_context() -> TaskDevice:
+def from_task_context(gpu: bool = True) -> TaskDevice:
     """This Spark task's device: its first GPU address and its CPUs (`spark.task.cpus` or its profile's).
+
+    Args:
+        gpu: the task asked for a GPU; False: a CPU-only task (its CPUs, no GPU fallback log line).
 
     Raises:
         RuntimeError: called outside a Spark task.
@@ -175,19 +178,22 @@ def from_task_context() -> TaskDevice:
     ctx = TaskContext.get()
     if ctx is None:
         raise RuntimeError("from_task_context() runs inside a Spark task only")
+    if not gpu:
+        return TaskDevice("cpu", None, ctx.cpus())
     return choose_device(gpu_addresses(ctx.resources()), ctx.cpus())
 
 
-def on_task_device(fn: Callable[..., T]) -> Callable[..., T]:
-    """`fn` run on its Spark task's device: each call enters `from_task_context()` first.
+def on_task_device(fn: Callable[..., T], gpu: bool = True) -> Callable[..., T]:
+    """`fn` run on its Spark task's device: each call enters `from_task_context(gpu)` first.
 
     Wraps a pandas UDF's function (`mapInPandas`: once per task; grouped: once per group). The wrapper
     keeps `fn`'s signature: pyspark tells a grouped function's forms apart by its number of arguments.
+    `gpu=False` for CPU-only tasks: their threads are capped all the same.
     """
 
     @functools.wraps(fn)
     def placed(*args: Any) -> T:
-        enter(from_task_context())
+        enter(from_task_context(gpu))
         return fn(*args)
 
     placed.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]

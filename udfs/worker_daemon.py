@@ -2,10 +2,11 @@
 
 Spark starts one daemon per executor (`python -m <spark.python.daemon.module>`) and forks a worker from
 it for each Python task that finds no idle worker; a new worker then imports the stage's modules when it
-unpickles the task's function: ~1.4 CPU-s of numpy, pandas, pyarrow, SciPy, OpenCV and egolake's own
-code, again in every worker a stage starts and again after Spark stops a worker idle for a minute. Imported
-here, the forked workers share them. Modules that hold devices or start threads of their own on import
-(torch, LiteRT, the decoders) are left to the workers that use them.
+unpickles the task's function: ~1.1 CPU-s of numpy, pandas, pyarrow, SciPy, OpenCV, PyAV and egolake's
+own code, again in every worker a stage starts and again after Spark stops a worker idle for a minute
+(a worker's first task: 1.3 CPU-s, 0.19 with this daemon). Imported here, the forked workers share them.
+torch and LiteRT (devices, thread pools) are not imported here: the adapters load them on first use in
+the workers that need them; PyAV comes with the media modules but starts no thread until a decoder opens.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import logging
 
 from pyspark import daemon
 
-# What the stage UDFs import at module level (pose_core, pandas, pyarrow, SciPy, OpenCV come with them).
+# The per-shard, pose and hand stages' adapters (pose_core, pandas, pyarrow, SciPy, OpenCV come with them);
+# qa's and export's units (plotly, the LeRobot writer) import theirs in the worker.
 PRELOADED = (
     "udfs.actions",
     "udfs.fusion",
