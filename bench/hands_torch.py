@@ -37,7 +37,7 @@ there (carry `.whl` and `.bench`; ~33 MB):
    consecutive 640x480 frames made of the shared clips, `--frames` in all: LiteRT (`--threads`
    threads) and torch on `--device` one stream at a time in video mode (each frame's hands batched;
    the first streams, up to `--sequential-frames` frames), torch on all streams in lockstep
-   (`estimate_clips`: every network call batched over the streams), and torch in image mode,
+   (`estimate_streams`: every network call batched over the streams), and torch in image mode,
    `--batch` frames a call. "networks_share" is the share of wall time spent inside the network calls
    (transfers included); the rest is the CPU work both backends share (crops, decoding of the
    outputs, decisions).
@@ -239,6 +239,12 @@ def streams(pool: Sequence[np.ndarray], count: int, length: int) -> list[np.ndar
     return runs
 
 
+def _lockstep(estimator: MediaPipeHandEstimator, clips: Sequence[np.ndarray]) -> list[Any]:
+    """Each clip's hands, all clips advanced together from their first frame."""
+    streams = [estimator.new_stream() for _ in clips]
+    return estimator.estimate_streams(clips, [np.eye(3)] * len(clips), streams)
+
+
 def _timed(name: str, networks: HandNetworks, frames: int, run: Any) -> dict[str, Any]:
     """Wall and CPU time of `run(timed networks) -> hands found` over `frames` frames; the networks' share."""
     timed = TimedNetworks(networks)
@@ -289,7 +295,7 @@ def speed(
         _timed("torch, video, 1 stream at a time", torch_nets, few, one_by_one),
         _timed(
             f"torch, video, {len(lanes)} streams in lockstep", torch_nets, total,
-            lambda n: sum(count(c) for c in MediaPipeHandEstimator(n, video).estimate_clips(lanes)),
+            lambda n: sum(count(c) for c in _lockstep(MediaPipeHandEstimator(n, video), lanes)),
         ),  # fmt: skip
         _timed(f"torch, image, {batch} frames a call", torch_nets, total, image_batches),
     ]

@@ -2,6 +2,7 @@
 
     python -m bench.multi_gpu --out DIR --gpus 1,2,4,8 [--workers K] [--episodes E] [--frames F]
     python -m bench.multi_gpu --out DIR --gpus 0 --workers 2 ...        (CPU processes, no GPU)
+    python -m bench.multi_gpu --out DIR --gpus 1 --workers 8 --hands-lockstep 8 ...   (hands stage only)
 
 For each GPU count N of `--gpus` (a layout), N x K worker processes start (K = `--workers` per GPU; with
 `--gpus 0`, K CPU processes in all). Each is a fresh interpreter whose environment is set before
@@ -10,9 +11,10 @@ its CPU threads at host cores / processes (`--threads`); `udfs.device.enter` als
 loaded, as a Spark task does. A worker loads the hand model once, then takes episodes from one queue
 (as executors take tasks) and runs each through the stage units without Spark
 (`udfs.episode_units.episode_tables`: ingest's frame count, priors, hands, tracking, ba, completion;
-decode prefetch as configured). The input set is `--inputs` (videos; a `<stem>.calib.yaml` beside one is
-its calibration, as in ingest) or a synthetic clip (`jobs.sample`), repeated to `--episodes`: the same set
-for every layout.
+decode prefetch as configured); with `--hands-lockstep K`, the hands stage only, a worker taking up to K
+episodes at once and running all their shards in lockstep (`udfs.hands.hands_for_shards`). The input
+set is `--inputs` (videos; a `<stem>.calib.yaml` beside one is its calibration, as in ingest) or a
+synthetic clip (`jobs.sample`), repeated to `--episodes`: the same set for every layout.
 
 Writes OUT/<name>.{json,md}: per layout, frames per second of the whole chain (all frames / wall from
 the start signal to the last worker's end), per stage (each worker's frames over its seconds in that
@@ -39,7 +41,7 @@ from typing import Any
 
 from bench.report import provenance
 from udfs.device import choose_device, enter, thread_env
-from udfs.episode_units import STAGES, StageSeconds, episode_tables
+from udfs.episode_units import STAGES, StageSeconds, episode_tables, shard_rows
 from udfs.guard import cpu_seconds
 
 #: Seconds a worker may take to start and load its model before the bench gives up.
@@ -103,27 +105,59 @@ def worker_env(layout: Layout, rank: int) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": gpu, **thread_env(layout.threads)}
 
 
-def _worker(rank: int, gpu: bool, threads: int, tasks: Any, results: Any, start: Any) -> None:
-    """Load once, wait for the start signal, run episodes from `tasks` until None; report to `results`."""
-    from udfs.hands import load_estimator
-    from udfs.options import HandsOptions
+def _worker(rank: int, gpu: bool, threads: int, lockstep: int, tasks: Any, results: Any, start: Any) -> None:
+    """Load once, wait for the start signal, run episodes from `tasks` until None; report to `results`.
+
+    `lockstep` 0: each episode through the chain (`episode_tables`); else the hands stage only, on the
+    shards of up to `lockstep` episodes at a time (`hands_for_shards`, as a task runs its shards).
+    """
+    from udfs.hands import hands_for_shards, load_estimator
+    from udfs.options import DecodeOptions, EstimatorOptions, HandsOptions
 
     t0 = time.perf_counter()
     dev = enter(choose_device(["0"] if gpu else [], threads))  # pinned: its GPU is cuda:0
-    load_estimator(HandsOptions().estimator)  # one model per process, loaded before the clock starts
+    hands = HandsOptions(estimator=EstimatorOptions(lockstep_shards=max(lockstep, 1)))
+    load_estimator(hands.estimator)  # one model per process, loaded before the clock starts
     result = WorkerResult(rank, dev.name, threads, time.perf_counter() - t0)
     results.put(("ready", rank))
     start.wait()
     seconds = StageSeconds()
     wall0, cpu0 = time.perf_counter(), cpu_seconds()
-    while (item := tasks.get()) is not None:
-        path, calibration = item
-        tables = episode_tables(path, calibration, seconds=seconds)
-        result.episodes += 1
-        result.frames += len(tables["frames"])
+    while items := _take(tasks, max(lockstep, 1)):
+        if not lockstep:
+            tables = episode_tables(*items[0], seconds=seconds)
+            result.frames += len(tables["frames"])
+        else:
+            with seconds.stage("ingest"):
+                shards = [s for i, item in enumerate(items) for s in shard_rows(*item, episode=str(i))]
+            with seconds.stage("hands"):
+                found = hands_for_shards(shards, hands, DecodeOptions())
+            failed = [f for f in found if isinstance(f, Exception)]
+            if failed:
+                raise RuntimeError(f"hands failed on {len(failed)} shards: {failed[0]}")
+            result.frames += sum(int(s["own_stop"].iat[0] - s["own_start"].iat[0]) for s in shards)
+        result.episodes += len(items)
     result.wall_s, result.cpu_s = time.perf_counter() - wall0, cpu_seconds() - cpu0
     result.stage_wall_s, result.stage_cpu_s = seconds.wall_s, seconds.cpu_s
     results.put(("done", asdict(result)))
+
+
+def _take(tasks: Any, most: int) -> list[tuple[str, str | None]]:
+    """Up to `most` episodes from the queue: the first waited for, the rest only if queued; [] at the end."""
+    first = tasks.get()
+    if first is None:
+        return []
+    items = [first]
+    while len(items) < most:
+        try:
+            item = tasks.get(timeout=0.1)
+        except queue.Empty:
+            break
+        if item is None:
+            tasks.put(None)  # an end marker: left for the next take
+            break
+        items.append(item)
+    return items
 
 
 class GpuSampler:
@@ -187,7 +221,7 @@ def _collect(results: Any, procs: list[mp.process.BaseProcess], kind: str, timeo
     return got
 
 
-def run_layout(layout: Layout, episodes: list[tuple[str, str | None]]) -> dict[str, Any]:
+def run_layout(layout: Layout, episodes: list[tuple[str, str | None]], lockstep: int = 0) -> dict[str, Any]:
     """Run the episodes on `layout`'s workers; the layout's figures (see the module doc)."""
     ctx = mp.get_context("spawn")
     tasks, results, start = ctx.Queue(), ctx.Queue(), ctx.Event()
@@ -200,7 +234,7 @@ def run_layout(layout: Layout, episodes: list[tuple[str, str | None]]) -> dict[s
     try:
         for rank in range(layout.processes):
             os.environ.update(worker_env(layout, rank))  # a spawned child starts with this environment
-            args = (rank, layout.gpus > 0, layout.threads, tasks, results, start)
+            args = (rank, layout.gpus > 0, layout.threads, lockstep, tasks, results, start)
             procs.append(ctx.Process(target=_worker, args=args, daemon=True))
             procs[-1].start()
     finally:
@@ -224,8 +258,9 @@ def summarise(layout: Layout, workers: list[WorkerResult], wall_s: float, gpus: 
     frames = sum(w.frames for w in workers)
     busy = [w for w in workers if w.frames]
 
-    def rate(stages: tuple[str, ...]) -> float:
-        return sum(w.frames / max(sum(w.stage_wall_s.get(s, 0.0) for s in stages), 1e-9) for w in busy)
+    def rate(stages: tuple[str, ...]) -> float | None:
+        walls = [sum(w.stage_wall_s.get(s, 0.0) for s in stages) for w in busy]
+        return round(sum(w.frames / t for w, t in zip(busy, walls, strict=True)), 2) if all(walls) else None
 
     cpu = {s: sum(w.stage_cpu_s.get(s, 0.0) for w in workers) for s in STAGES}
     return {
@@ -238,9 +273,9 @@ def summarise(layout: Layout, workers: list[WorkerResult], wall_s: float, gpus: 
         "wall_s": round(wall_s, 3),
         "frames_per_s": round(frames / wall_s, 2),
         "frames_per_cpu_s": round(frames / max(sum(w.cpu_s for w in workers), 1e-9), 2),
-        "stage_frames_per_s": {s: round(rate((s,)), 2) for s in STAGES},
-        "stage_frames_per_cpu_s": {s: round(frames / max(cpu[s], 1e-9), 2) for s in STAGES},
-        "poses_frames_per_s": round(rate(POSE_STAGES), 2),
+        "stage_frames_per_s": {s: rate((s,)) for s in STAGES},
+        "stage_frames_per_cpu_s": {s: round(frames / cpu[s], 2) if cpu[s] else None for s in STAGES},
+        "poses_frames_per_s": rate(POSE_STAGES),
         "gpu_utilisation": gpus,
         "workers": [asdict(w) for w in workers],
     }
@@ -280,6 +315,7 @@ def markdown(result: dict[str, Any]) -> str:
         cells = [r["layout"], r["processes"], r["threads_per_process"], r["frames"], r["wall_s"]]
         cells += [r["frames_per_s"], f"{r['frames_per_s'] / base:.2f}x", r["poses_frames_per_s"]]
         cells += [r["stage_frames_per_s"][s] for s in STAGES] + [r["frames_per_cpu_s"]]
+        cells = ["-" if c is None else c for c in cells]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     util = [
         f"- {r['layout']}: " + ", ".join(
@@ -321,6 +357,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="processes per GPU; with --gpus 0, in all")
     parser.add_argument("--threads", type=int, default=0, help="threads per process; 0: cores / processes")
     parser.add_argument("--episodes", type=int, default=0, help="episodes (inputs repeated); 0: one each")
+    parser.add_argument(
+        "--hands-lockstep", type=int, default=0,
+        help="0: the chain per episode; K: the hands stage only, K episodes' shards in lockstep a call",
+    )  # fmt: skip
     parser.add_argument("--inputs", nargs="*", default=[], help="videos; none: a synthetic clip")
     parser.add_argument("--frames", type=int, default=120, help="synthetic clip: frames")
     parser.add_argument("--width", type=int, default=640, help="synthetic clip: width, pixels")
@@ -329,7 +369,7 @@ def main() -> None:
     plan = layouts(args)
     with tempfile.TemporaryDirectory() as tmp:
         episodes, described = input_set(args, tmp)
-        runs = [run_layout(layout, episodes) for layout in plan]
+        runs = [run_layout(layout, episodes, args.hands_lockstep) for layout in plan]
     names = gpu_names()
     accelerator = f"{len(names)} x {names[0]}" if names else ""
     result = {

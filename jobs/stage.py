@@ -30,7 +30,16 @@ from schemas import TableSchema
 from schemas.base import spark_schema
 from schemas.tables import RUNS
 from udfs.device import on_task_device
-from udfs.guard import ERROR_KIND, ROW_KIND, PairFn, guarded_map, guarded_pair, guarded_schema, run_unit
+from udfs.guard import (
+    ERROR_KIND,
+    ROW_KIND,
+    PairFn,
+    guarded_batch_map,
+    guarded_map,
+    guarded_pair,
+    guarded_schema,
+    run_unit,
+)
 from udfs.memory import with_memory_bound
 from udfs.multi_output import TABLE_COLUMN, union_schema
 
@@ -457,18 +466,33 @@ def write_guarded(
         result.unpersist()
 
 
-def map_per_shard(ctx: StageContext, units: DataFrame, unit_fn: Callable, out_schema: pa.Schema) -> DataFrame:
-    """Run `unit_fn` once per shard row of `units`, one Spark task per shard, guarded by `udfs.guard`.
+def map_per_shard(
+    ctx: StageContext,
+    units: DataFrame,
+    unit_fn: Callable,
+    out_schema: pa.Schema,
+    batch_units: int | None = None,
+) -> DataFrame:
+    """Run `unit_fn` on the shard rows of `units`, one Spark task per few shards, guarded by `udfs.guard`.
 
     `units` holds one light row per (episode_id, shard_idx) (paths and frame ranges, never pixels);
     the result is the guarded output for `write_guarded`. Tasks are capped at 4 per core; they run
-    where `ctx.placement` says.
+    where `ctx.placement` says. `unit_fn` takes one shard, or with `batch_units` a list of up to that
+    many shards of its task at once (`udfs.guard.BatchFn`; each call's seconds shared by frames owned).
     """
     n_tasks = max(1, min(units.count(), 4 * ctx.spark.sparkContext.defaultParallelism))
-    fn = ctx.placement.wrap(guarded_map(unit_fn, out_schema.names, ("episode_id", "shard_idx")))
-    return units.repartition(n_tasks, "episode_id", "shard_idx").mapInPandas(
-        fn, spark_schema(guarded_schema(out_schema)), profile=ctx.placement.profile
+    keys = ("episode_id", "shard_idx")
+    if batch_units is None:
+        mapper = guarded_map(unit_fn, out_schema.names, keys)
+    else:
+        mapper = guarded_batch_map(unit_fn, out_schema.names, keys, batch_units, _frames_owned)
+    return units.repartition(n_tasks, *keys).mapInPandas(
+        ctx.placement.wrap(mapper), spark_schema(guarded_schema(out_schema)), profile=ctx.placement.profile
     )
+
+
+def _frames_owned(shard: pd.DataFrame) -> float:
+    return float(shard["own_stop"].iat[0] - shard["own_start"].iat[0])
 
 
 def read_stacked(

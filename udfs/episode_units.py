@@ -37,7 +37,7 @@ from udfs.tracking import (
     tracking_unit,
 )
 
-__all__ = ["STAGES", "StageSeconds", "episode_tables"]
+__all__ = ["STAGES", "StageSeconds", "episode_tables", "shard_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,28 @@ class StageSeconds:
             self.cpu_s[name] = self.cpu_s.get(name, 0.0) + cpu_seconds() - cpu0
 
 
+def shard_rows(
+    path: str,
+    calibration_json: str | None = None,
+    shard_frames: int = 256,
+    overlap: int = 8,
+    episode: str = "ep",
+) -> list[pd.DataFrame]:
+    """The one-row `shards` frames (plus `calibration_json`) of a video, planned as ingest plans them.
+
+    The frames are counted by decoding them all (ingest's probe also counts).
+    """
+    n = len(decode_frames(path, 0, None, DecodeOptions()).frame_idx)
+    return [
+        pd.DataFrame([{
+            "episode_id": episode, "shard_idx": i, "source_path": path, "kind": "video", "decoder": "decord",
+            "frame_start": start, "frame_stop": stop, "own_start": own_start, "own_stop": own_stop,
+            "calibration_json": calibration_json,
+        }])  # fmt: skip
+        for i, (start, stop, own_start, own_stop) in enumerate(plan_shards(n, shard_frames, overlap))
+    ]
+
+
 def episode_tables(
     path: str,
     calibration_json: str | None = None,
@@ -97,14 +119,9 @@ def episode_tables(
     hands_unit = hands_unit or (lambda shard: hands_for_shard(shard, HandsOptions(), DecodeOptions()))
     timed = (seconds if seconds is not None else StageSeconds()).stage
     with timed("ingest"):
-        n = len(decode_frames(path, 0, None, DecodeOptions()).frame_idx)
+        shards = shard_rows(path, calibration_json, shard_frames, overlap)
     frames, features, hands = [], [], []
-    for i, (start, stop, own_start, own_stop) in enumerate(plan_shards(n, shard_frames, overlap)):
-        shard = pd.DataFrame([{
-            "episode_id": "ep", "shard_idx": i, "source_path": path, "kind": "video", "decoder": "decord",
-            "frame_start": start, "frame_stop": stop, "own_start": own_start, "own_stop": own_stop,
-            "calibration_json": calibration_json,
-        }])  # fmt: skip
+    for shard in shards:
         with timed("priors"):
             out = split_tables(shard_outputs(shard, DecodeOptions(), FeatureOptions()), [FRAMES, FEATURES])
         frames.append(out["frames"])

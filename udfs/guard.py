@@ -28,6 +28,7 @@ __all__ = [
     "ERROR_KIND",
     "ROW_KIND",
     "cpu_seconds",
+    "guarded_batch_map",
     "guarded_map",
     "guarded_pair",
     "guarded_schema",
@@ -47,6 +48,8 @@ _STATUS_FIELDS = (
 )
 
 UnitFn = Callable[[pd.DataFrame], pd.DataFrame]
+#: Several units at once (e.g. shards in lockstep): per unit, its rows or the exception that failed it.
+BatchFn = Callable[[list[pd.DataFrame]], list[pd.DataFrame | Exception]]
 PairFn = Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]
 
 
@@ -75,17 +78,35 @@ def run_unit(fn: UnitFn, unit: pd.DataFrame, columns: Sequence[str], key: str = 
     """
     wall0, cpu0 = time.perf_counter(), cpu_seconds()
     try:
-        out = fn(unit)
-        missing = [c for c in columns if c not in out.columns]
+        result: pd.DataFrame | Exception = fn(unit)
+    except Exception as exc:  # noqa: BLE001 - the single guard of DESIGN.md: the batch goes on
+        result = exc
+    return _status_rows(result, unit, columns, key, time.perf_counter() - wall0, cpu_seconds() - cpu0)
+
+
+def _status_rows(
+    result: pd.DataFrame | Exception,
+    unit: pd.DataFrame,
+    columns: Sequence[str],
+    key: str,
+    wall_s: float,
+    cpu_s: float,
+) -> pd.DataFrame:
+    """A unit's guarded output: its rows (or a done row), or one error row for an exception."""
+    out: pd.DataFrame | None = None
+    kind, message = ERROR_KIND, None
+    try:
+        if isinstance(result, Exception):
+            raise result
+        missing = [c for c in columns if c not in result.columns]
         if missing:
             raise KeyError(f"unit function returned no column(s) {missing}")
-        out = out.loc[:, list(columns)].copy()
-        kind, message = ROW_KIND, None
+        out, kind = result.loc[:, list(columns)].copy(), ROW_KIND
     except Exception as exc:  # noqa: BLE001 - the single guard of DESIGN.md: the batch goes on
         message = _describe(exc)
         logger.warning("unit failed %s=%s error=%s", key, unit[key].iat[0], message)
-        logger.debug("traceback: %s", traceback.format_exc())
-        out, kind, message = None, ERROR_KIND, message[:2000]
+        logger.debug("traceback: %s", "".join(traceback.format_exception(exc)))
+        message = message[:2000]
     if out is None or out.empty:
         row = dict.fromkeys(columns)
         row[key] = unit[key].iat[0]
@@ -95,9 +116,7 @@ def run_unit(fn: UnitFn, unit: pd.DataFrame, columns: Sequence[str], key: str = 
     out["_error"] = message
     seconds = np.full(len(out), np.nan)
     out["_unit_s"], out["_unit_cpu_s"] = seconds, seconds.copy()
-    out.iloc[-1, out.columns.get_indexer(["_unit_s", "_unit_cpu_s"])] = [
-        time.perf_counter() - wall0, cpu_seconds() - cpu0,
-    ]  # fmt: skip
+    out.iloc[-1, out.columns.get_indexer(["_unit_s", "_unit_cpu_s"])] = [wall_s, cpu_s]
     return out
 
 
@@ -140,5 +159,41 @@ def guarded_map(
         for batch in batches:
             for _, unit in batch.groupby(list(unit_keys), sort=False):
                 yield run_unit(fn, unit.reset_index(drop=True), columns, key)
+
+    return mapper
+
+
+def guarded_batch_map(
+    fn: BatchFn,
+    columns: Sequence[str],
+    unit_keys: Sequence[str],
+    batch_units: int,
+    weight: Callable[[pd.DataFrame], float],
+    key: str = "episode_id",
+) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
+    """A `mapInPandas` function running `fn` on up to `batch_units` units of the task at a time.
+
+    Each unit's result is guarded as `run_unit`'s is; an exception of the call itself fails its units.
+    The call's seconds are shared among its units in proportion to `weight(unit)` (e.g. frames).
+    """
+
+    def mapper(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        units = [
+            unit.reset_index(drop=True)
+            for batch in batches
+            for _, unit in batch.groupby(list(unit_keys), sort=False)
+        ]
+        for start in range(0, len(units), max(1, batch_units)):
+            group = units[start : start + max(1, batch_units)]
+            wall0, cpu0 = time.perf_counter(), cpu_seconds()
+            try:
+                results = fn(group)
+            except Exception as exc:  # noqa: BLE001 - the single guard of DESIGN.md: the batch goes on
+                results = [exc] * len(group)
+            wall_s, cpu_s = time.perf_counter() - wall0, cpu_seconds() - cpu0
+            weights = np.array([max(float(weight(unit)), 0.0) for unit in group])
+            shares = weights / weights.sum() if weights.sum() > 0 else np.full(len(group), 1.0 / len(group))
+            for unit, result, share in zip(group, results, shares, strict=True):
+                yield _status_rows(result, unit, columns, key, share * wall_s, share * cpu_s)
 
     return mapper

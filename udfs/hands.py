@@ -2,14 +2,17 @@
 
 The estimator is loaded once per Python worker (module-level cache keyed by its options, filled on
 first use, never at import) and reused for every shard that worker runs; `reset` is called per
-shard because a shard's first frame does not follow the previous shard's last.
+shard because a shard's first frame does not follow the previous shard's last. The shards of a
+task go through the estimator in lockstep (`hands_for_shards`), each tracked on its own.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -19,13 +22,15 @@ from pose_core.geometry.camera import Camera
 from pose_core.hands import (
     HandEstimator,
     HandObservation,
+    MultiStreamEstimator,
+    StreamState,
     fit_hand_with_camera,
     hand_box,
 )
 from schemas.tables import HANDS_CAM
 from udfs.camera_tables import camera_for_frames
 from udfs.device import current
-from udfs.media.decode import iter_frames
+from udfs.media.decode import DecodedFrames, iter_frames
 from udfs.options import DecodeOptions, EstimatorOptions, HandsOptions
 
 __all__ = [
@@ -33,6 +38,7 @@ __all__ = [
     "ESTIMATOR_ENTRY_POINTS",
     "hand_rows",
     "hands_for_shard",
+    "hands_for_shards",
     "load_estimator",
 ]
 
@@ -112,39 +118,113 @@ def hand_rows(
 
 
 def hands_for_shard(shard: pd.DataFrame, opts: HandsOptions, decode: DecodeOptions) -> pd.DataFrame:
-    """Decode one shard's own frames, find and fit every hand.
+    """Decode one shard's own frames, find and fit every hand (`hands_for_shards` of one shard).
+
+    Raises:
+        EgolakeError: the decoder returned fewer frames than the shard owns.
+    """
+    result = hands_for_shards([shard], opts, decode)[0]
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+@dataclass
+class _ShardPass:
+    """One shard on its way through `hands_for_shards`: its decoder, tracking state and rows so far."""
+
+    shard: pd.Series
+    chunks: Iterator[DecodedFrames]
+    stream: StreamState | None
+    parts: list[pd.DataFrame] = field(default_factory=list)
+    decoded: int = 0
+    error: Exception | None = None
+
+
+def hands_for_shards(
+    shards: Sequence[pd.DataFrame], opts: HandsOptions, decode: DecodeOptions
+) -> list[pd.DataFrame | Exception]:
+    """Decode shards' own frames chunk by chunk, find and fit every hand; the shards go in lockstep.
+
+    With an estimator that tracks several streams (`MultiStreamEstimator`), the shards' chunks go
+    through it together, each shard tracked from its own first frame; any other estimator takes
+    the shards one after the other (`reset` between them). A shard that fails (decode error, too
+    few frames) fails alone; the estimator failing fails the shards it was running.
 
     Args:
-        shard: one row of `shards` plus the episode's `calibration_json`.
+        shards: one-row frames, each a row of `shards` plus the episode's `calibration_json`.
         opts: stage settings.
         decode: how to decode (its `max_long_side_px` is replaced by the estimator's; its `timeout_s`
             bounds each chunk's decode).
 
     Returns:
-        `hands_cam` rows of frames [own_start, own_stop).
-
-    Raises:
-        EgolakeError: the decoder returned fewer frames than the shard owns.
+        Per shard, its `hands_cam` rows of frames [own_start, own_stop), or the exception that failed it
+        (`EgolakeError` when the decoder returned fewer frames than the shard owns).
     """
-    s = shard.iloc[0]
     decode = DecodeOptions(
         decode.backend, opts.estimator.max_long_side_px, decode.threads, timeout_s=decode.timeout_s
     )
     estimator = load_estimator(opts.estimator)
-    estimator.reset()
-    parts, decoded = [], 0
-    chunks = iter_frames(
-        s.source_path, int(s.own_start), int(s.own_stop), decode, opts.estimator.batch_frames
-    )
-    for chunk in chunks:
-        height, width = chunk.frames.shape[1:3]
-        camera = camera_for_frames(s.calibration_json, width, height)
-        found = estimator.estimate(chunk.frames, camera.k_matrix)
-        parts.append(hand_rows(s.episode_id, chunk.frame_idx, found, camera, opts))
-        decoded += len(chunk.frame_idx)
+    passes = [
+        _ShardPass(s, iter_frames(s.source_path, int(s.own_start), int(s.own_stop), decode,
+                                  opts.estimator.batch_frames), None)
+        for s in (shard.iloc[0] for shard in shards)
+    ]  # fmt: skip
+    if isinstance(estimator, MultiStreamEstimator):
+        for p in passes:
+            p.stream = estimator.new_stream()
+        _advance(passes, estimator, opts)
+    else:
+        for p in passes:
+            estimator.reset()
+            _advance([p], estimator, opts)
+    return [_finished(p) for p in passes]
+
+
+def _advance(passes: list[_ShardPass], estimator: HandEstimator, opts: HandsOptions) -> None:
+    """Run `passes` to their end, one chunk of each running shard per estimator call."""
+    running = list(passes)
+    while running:
+        chunks: list[tuple[_ShardPass, DecodedFrames, Camera]] = []
+        for p in running:
+            try:
+                chunk = next(p.chunks, None)
+                if chunk is not None:
+                    height, width = chunk.frames.shape[1:3]
+                    chunks.append((p, chunk, camera_for_frames(p.shard.calibration_json, width, height)))
+            except Exception as exc:  # noqa: BLE001 -- this shard fails, the others go on (udfs.guard reports)
+                p.error = exc
+        try:
+            if isinstance(estimator, MultiStreamEstimator):
+                found = estimator.estimate_streams(
+                    [c.frames for _, c, _ in chunks],
+                    [camera.k_matrix for _, _, camera in chunks],
+                    [cast(StreamState, p.stream) for p, _, _ in chunks],
+                )
+            else:
+                found = [estimator.estimate(c.frames, camera.k_matrix) for _, c, camera in chunks]
+        except Exception as exc:  # noqa: BLE001 -- the estimator's failure is each running shard's
+            for p, _, _ in chunks:
+                p.error = exc
+            return
+        running = []
+        for (p, chunk, camera), hands in zip(chunks, found, strict=True):
+            try:
+                p.parts.append(hand_rows(p.shard.episode_id, chunk.frame_idx, hands, camera, opts))
+                p.decoded += len(chunk.frame_idx)
+                running.append(p)
+            except Exception as exc:  # noqa: BLE001 -- this shard fails, the others go on
+                p.error = exc
+
+
+def _finished(p: _ShardPass) -> pd.DataFrame | Exception:
+    """A shard's rows, or why it failed."""
+    s = p.shard
+    if p.error is not None:
+        return p.error
     expected = int(s.own_stop) - int(s.own_start)
-    if decoded != expected:
-        raise EgolakeError(
-            f"{s.source_path}: decoded {decoded} of {expected} frames in [{s.own_start}, {s.own_stop})"
+    if p.decoded != expected:
+        return EgolakeError(
+            f"{s.source_path}: decoded {p.decoded} of {expected} frames in [{s.own_start}, {s.own_stop})"
         )
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=HANDS_CAM.columns)
+    return pd.concat(p.parts, ignore_index=True) if p.parts else pd.DataFrame(columns=HANDS_CAM.columns)

@@ -102,14 +102,18 @@ class EstimatorOptions:
     max_long_side_px: int = 640
     # Frames decoded and passed to the estimator per call.
     batch_frames: int = 32
+    # Shards of one task that go through the estimator together, each tracked on its own: every network
+    # call is batched over them (what keeps a GPU busy; LiteRT runs one input at a time, so on CPU it
+    # changes nothing but memory: this many chunks of `batch_frames` frames are held at once).
+    lockstep_shards: int = 8
     # Settings of the MediaPipe estimator.
     mediapipe: MediaPipeOptions = field(default_factory=MediaPipeOptions)
 
     def __post_init__(self) -> None:
-        if self.max_long_side_px < 0 or self.batch_frames < 1:
+        if self.max_long_side_px < 0 or self.batch_frames < 1 or self.lockstep_shards < 1:
             raise ValueError(
-                f"hands.estimator: max_long_side_px must be >= 0 and batch_frames >= 1, got "
-                f"{self.max_long_side_px}, {self.batch_frames}"
+                f"hands.estimator: max_long_side_px must be >= 0, batch_frames and lockstep_shards >= 1, "
+                f"got {self.max_long_side_px}, {self.batch_frames}, {self.lockstep_shards}"
             )
 
 

@@ -18,7 +18,13 @@ from pose_core.hands.episode_fusion import (
     FusionOptions,
     fuse_episode,
 )
-from pose_core.hands.estimator import KEYPOINT_NAMES, HandEstimator, HandObservation
+from pose_core.hands.estimator import (
+    KEYPOINT_NAMES,
+    HandEstimator,
+    HandObservation,
+    MultiStreamEstimator,
+    StreamState,
+)
 from pose_core.hands.fusion import (
     ScaleCandidate,
     ScaleChoice,
@@ -60,8 +66,10 @@ __all__ = [
     "LiteRtHandNetworks",
     "MediaPipeHandEstimator",
     "MediaPipeOptions",
+    "MultiStreamEstimator",
     "ScaleCandidate",
     "ScaleChoice",
+    "StreamState",
     "TemporalOptions",
     "WearerAssignment",
     "WearerOptions",

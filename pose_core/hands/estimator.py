@@ -9,6 +9,7 @@ Keypoints are the 21 of MediaPipe, in its order (`KEYPOINT_NAMES`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -24,7 +25,9 @@ __all__ = [
     "HandEstimator",
     "HandObservation",
     "Handedness",
+    "MultiStreamEstimator",
     "RIGID_PALM",
+    "StreamState",
     "check_frames",
     "palm_sizes",
 ]
@@ -119,6 +122,35 @@ class HandEstimator(Protocol):
 
     def reset(self) -> None:
         """Forget state carried between frames (call between episodes)."""
+        ...
+
+
+#: A stream's tracking state, opaque to callers (`MultiStreamEstimator.new_stream`).
+StreamState = object
+
+
+@runtime_checkable
+class MultiStreamEstimator(HandEstimator, Protocol):
+    """An estimator that can advance several independent streams (e.g. shards) in lockstep.
+
+    Batching the streams' network calls is what keeps a GPU busy (bench/results/hands_torch.md);
+    an estimator without this capability runs one stream at a time (`estimate`, `reset`).
+    """
+
+    def new_stream(self) -> StreamState:
+        """The state of a new stream of consecutive frames."""
+        ...
+
+    def estimate_streams(
+        self, chunks: Sequence[np.ndarray], camera_ks: Sequence[np.ndarray], streams: Sequence[StreamState]
+    ) -> list[list[list[HandObservation]]]:
+        """Per stream, per frame of its next chunk, the hands found; `streams` advance.
+
+        Args:
+            chunks: per stream, its next consecutive RGB frames, uint8, `(B_i, H_i, W_i, 3)`.
+            camera_ks: per stream, pinhole intrinsics of those frames, pixels, `(3, 3)`.
+            streams: per stream, its state from `new_stream`.
+        """
         ...
 
 

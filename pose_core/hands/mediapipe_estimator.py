@@ -11,7 +11,7 @@ set-up command caches them); nothing downloads here.
 Batching: the per-frame decisions are MediaPipe's, made in rounds (tracked regions, then each
 detection view), and every round runs the networks once for all the frames that take part: all
 frames of a batch in image mode, one frame in video mode (its hands batched), one frame of each
-clip in `estimate_clips` (clips tracked independently, in lockstep).
+stream in `estimate_streams` (streams tracked independently, in lockstep).
 
 Modes: ``"image"`` detects palms in every frame; ``"video"`` tracks, as MediaPipe's own video graph
 does: each frame first runs the landmark model in the region predicted from the previous frame's
@@ -36,11 +36,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
-from pose_core.hands.estimator import Handedness, HandObservation, check_frames
+from pose_core.hands.estimator import Handedness, HandObservation, StreamState, check_frames
 from pose_core.hands.networks import LANDMARK_INPUT, PALM_INPUT, HandNetworks
 from pose_core.hands.rois import (
     PalmDecodeOptions,
@@ -241,35 +241,41 @@ class MediaPipeHandEstimator:
 
         Image mode batches all frames; video mode goes frame by frame, batching each frame's hands.
         """
-        check_frames(frames)
-        if self.opts.mode == "image":
-            return self._step(list(frames), [_Stream() for _ in frames])
-        return [self._step([frame], [self._stream])[0] for frame in frames]
+        return self.estimate_streams([frames], [camera_k], [self._stream])[0]
 
-    def estimate_clips(self, clips: Sequence[np.ndarray]) -> list[list[list[HandObservation]]]:
-        """Find hands in several independent clips at once, each tracked from its first frame.
+    def new_stream(self) -> StreamState:
+        """The tracking state of a new stream of consecutive frames (see `estimate_streams`)."""
+        return _Stream()
 
-        The clips advance in lockstep, so every network call is batched over the clips (image mode:
-        over all their frames). The estimator's own tracking state (`estimate`'s) is left as it was.
+    def estimate_streams(
+        self, chunks: Sequence[np.ndarray], camera_ks: Sequence[np.ndarray], streams: Sequence[StreamState]
+    ) -> list[list[list[HandObservation]]]:
+        """Advance independent streams, each by its next chunk of consecutive frames, in lockstep.
+
+        Every network call is batched over the streams (image mode: over all the chunks' frames), so
+        many shards on one GPU cost a few large calls instead of many small ones. A stream's hands are
+        the same as when it runs alone (to float rounding of the batched networks).
 
         Args:
-            clips: consecutive RGB frames of each clip, uint8, `(B_i, H_i, W_i, 3)`.
+            chunks: per stream, its next RGB frames, uint8, `(B_i, H_i, W_i, 3)` (`B_i` may be 0).
+            camera_ks: per stream, the frames' pinhole intrinsics `(3, 3)`; not used.
+            streams: per stream, its state from `new_stream`, updated here.
 
         Returns:
-            Per clip, per frame, the hands found.
+            Per stream, per frame of its chunk, the hands found.
         """
-        for clip in clips:
-            check_frames(clip)
+        for chunk in chunks:
+            check_frames(chunk)
+        states = [cast(_Stream, s) for s in streams]
         if self.opts.mode == "image":
-            frames = [frame for clip in clips for frame in clip]
+            frames = [frame for chunk in chunks for frame in chunk]
             flat = self._step(frames, [_Stream() for _ in frames])
-            bounds = np.cumsum([0, *(len(clip) for clip in clips)])
+            bounds = np.cumsum([0, *(len(chunk) for chunk in chunks)])
             return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-        streams = [_Stream() for _ in clips]
-        results: list[list[list[HandObservation]]] = [[] for _ in clips]
-        for t in range(max((len(clip) for clip in clips), default=0)):
-            active = [i for i, clip in enumerate(clips) if t < len(clip)]
-            found = self._step([clips[i][t] for i in active], [streams[i] for i in active])
+        results: list[list[list[HandObservation]]] = [[] for _ in chunks]
+        for t in range(max((len(chunk) for chunk in chunks), default=0)):
+            active = [i for i, chunk in enumerate(chunks) if t < len(chunk)]
+            found = self._step([chunks[i][t] for i in active], [states[i] for i in active])
             for i, hands in zip(active, found, strict=True):
                 results[i].append(hands)
         return results

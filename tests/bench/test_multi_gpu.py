@@ -49,3 +49,18 @@ def test_two_cpu_workers_share_the_episodes(tmp_path):
     assert run["frames_per_s"] == pytest.approx(90 / run["wall_s"], rel=1e-2)
     page = (tmp_path / "multi_gpu.md").read_text()
     assert "| CPU x 2 | 2 |" in page and "python -m bench.multi_gpu" in page
+
+
+@pytest.mark.slow
+def test_hands_only_runs_several_episodes_shards_in_lockstep(tmp_path):
+    """`--hands-lockstep 2`: one worker takes two episodes at a time and runs only the hands stage."""
+    args = ["--out", str(tmp_path), "--gpus", "0", "--workers", "1", "--episodes", "3"]
+    args += ["--hands-lockstep", "2", "--frames", "20", "--width", "320", "--height", "240"]
+    command = [sys.executable, "-m", "bench.multi_gpu", *args]
+    out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run,) = json.loads((tmp_path / "multi_gpu.json").read_text())["layouts"]
+    assert (run["episodes"], run["frames"]) == (3, 60)
+    assert run["stage_frames_per_s"]["hands"] > 0 and run["stage_frames_per_s"]["tracking"] is None
+    assert run["poses_frames_per_s"] is None
+    assert "| CPU x 1 | 1 |" in (tmp_path / "multi_gpu.md").read_text()

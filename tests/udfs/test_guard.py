@@ -1,5 +1,6 @@
 import pandas as pd
 import pyarrow as pa
+import pytest
 
 from udfs.guard import ERROR_KIND, ROW_KIND, guarded_map, guarded_schema, run_unit
 
@@ -44,3 +45,41 @@ def test_guarded_schema_is_nullable_with_status_columns():
     schema = guarded_schema(pa.schema([pa.field("episode_id", pa.string(), nullable=False)]))
     assert schema.names == ["episode_id", "_row_kind", "_error", "_unit_s", "_unit_cpu_s"]
     assert all(f.nullable for f in schema)
+
+
+def test_guarded_batch_map_guards_each_unit_and_shares_the_calls_seconds_by_weight():
+    from udfs.guard import guarded_batch_map
+
+    calls = []
+
+    def batch(units: list[pd.DataFrame]) -> list[pd.DataFrame | Exception]:
+        calls.append([u["episode_id"].iat[0] for u in units])
+        out: list[pd.DataFrame | Exception] = []
+        for unit in units:
+            try:
+                out.append(_double(unit))
+            except ValueError as exc:
+                out.append(exc)
+        return out
+
+    rows = pd.DataFrame({"episode_id": ["a", "a", "b", "c", "d"], "x": [1, 2, -5, 3, 4]})
+    mapper = guarded_batch_map(batch, ["episode_id", "y"], ["episode_id"], 3, weight=len)
+    merged = pd.concat(list(mapper(iter([rows.iloc[:3], rows.iloc[3:]]))))
+    assert calls == [["a", "b", "c"], ["d"]]  # up to 3 units a call, across the task's batches
+    assert merged[merged["_row_kind"] == ERROR_KIND]["episode_id"].tolist() == ["b"]
+    assert merged[merged["_row_kind"] == ROW_KIND]["y"].tolist() == [2, 4, 6, 8]
+    seconds = merged.dropna(subset=["_unit_s"]).set_index("episode_id")["_unit_s"]
+    assert seconds["a"] == pytest.approx(2 * seconds["b"]) and seconds["b"] == pytest.approx(seconds["c"])
+
+
+def test_guarded_batch_map_fails_every_unit_of_a_failed_call():
+    from udfs.guard import guarded_batch_map
+
+    def broken(units: list[pd.DataFrame]) -> list[pd.DataFrame | Exception]:
+        raise RuntimeError("CUDA out of memory")
+
+    rows = pd.DataFrame({"episode_id": ["a", "b"], "x": [1, 2]})
+    mapper = guarded_batch_map(broken, ["episode_id", "y"], ["episode_id"], 4, len)
+    out = pd.concat(list(mapper(iter([rows]))))
+    assert out["_row_kind"].tolist() == [ERROR_KIND, ERROR_KIND]
+    assert (out["_error"] == "RuntimeError: CUDA out of memory").all()

@@ -101,3 +101,23 @@ def test_real_video_shard_finds_the_hand_in_95_percent_of_frames(real_video):
     wrist_depth = np.stack(main["keypoints_cam_m"].map(np.asarray))[:, 2]
     assert 0.1 < np.nanmedian(wrist_depth) < 1.5  # a webcam hand at arm's length, metres
     assert load_estimator(opts.estimator) is load_estimator(opts.estimator)  # loaded once per worker
+
+
+def test_shards_in_lockstep_give_each_shards_own_rows_and_a_bad_shard_fails_alone(real_video):
+    """Two shards of the real clip stepped together give the rows each gives alone (LiteRT: identical);
+    a shard whose file is missing comes back as its error while the others finish."""
+    from udfs.hands import hands_for_shards
+
+    def shard(idx: int, start: int, path: str = str(real_video)) -> pd.DataFrame:
+        row = {"episode_id": "real", "shard_idx": idx, "source_path": path, "own_start": start,
+               "own_stop": start + 40, "calibration_json": None}  # fmt: skip
+        return pd.DataFrame([row])
+
+    opts = HandsOptions(estimator=EstimatorOptions(batch_frames=16))
+    shards = [shard(0, 100), shard(1, 300), shard(2, 0, "/no/such/clip.mp4")]
+    together = hands_for_shards(shards, opts, DecodeOptions())
+    for one, rows in zip(shards[:2], together[:2], strict=True):
+        alone = hands_for_shard(one, opts, DecodeOptions())
+        assert isinstance(rows, pd.DataFrame) and rows["frame_idx"].nunique() >= 38
+        pd.testing.assert_frame_equal(rows, alone)
+    assert isinstance(together[2], Exception) and "/no/such/clip.mp4" in str(together[2])

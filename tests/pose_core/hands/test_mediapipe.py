@@ -127,8 +127,9 @@ def test_the_edge_regions_do_not_find_a_hand_already_found_a_second_time():
 
 
 @pytest.mark.parametrize(("mode", "lengths"), [("video", (8, 12, 6)), ("image", (2, 3, 1))])
-def test_clips_in_lockstep_give_each_clips_own_hands(mode, lengths):
-    """`estimate_clips` batches the network calls of independent clips; the hands are each clip's alone.
+def test_streams_in_lockstep_give_each_streams_own_hands(mode, lengths):
+    """`estimate_streams` batches the network calls of independent streams, fed in two chunks each
+    (their tracking carried from one chunk to the next); the hands are each stream's alone.
 
     LiteRT runs one input per invoke, so batching changes no number: the results are identical.
     """
@@ -138,7 +139,10 @@ def test_clips_in_lockstep_give_each_clips_own_hands(mode, lengths):
         read_frames(DATA / "ego_clips" / "lavila_ego4d_stirring.mp4", count=lengths[1]),  # 384x288
         read_frames(VIDEO, 640, count=lengths[2]),  # 640x360, one hand
     ]
-    together = est.estimate_clips(clips)
+    streams = [est.new_stream() for _ in clips]
+    ks = [np.eye(3)] * len(clips)
+    halves = [est.estimate_streams([c[s] for c in clips], ks, streams) for s in (slice(0, 4), slice(4, None))]
+    together = [first + second for first, second in zip(*halves, strict=True)]
     for clip, found in zip(clips, together, strict=True):
         est.reset()
         alone = est.estimate(clip, np.eye(3))
