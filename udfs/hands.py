@@ -146,9 +146,10 @@ def hands_for_shards(
 ) -> list[pd.DataFrame | Exception]:
     """Decode shards' own frames chunk by chunk, find and fit every hand; the shards go in lockstep.
 
-    With an estimator that tracks several streams (`MultiStreamEstimator`), the shards' chunks go
-    through it together, each shard tracked from its own first frame; any other estimator takes
-    the shards one after the other (`reset` between them). A shard that fails (decode error, too
+    With an estimator that tracks several streams (`MultiStreamEstimator`) on a GPU task, up to
+    `opts.estimator.lockstep_shards` shards' chunks go through it together, each shard tracked from
+    its own first frame; on a CPU task, or with any other estimator, the shards go one after the
+    other. A shard that fails (decode error, too
     few frames) fails alone; the estimator failing fails the shards it was running.
 
     Args:
@@ -165,15 +166,19 @@ def hands_for_shards(
         decode.backend, opts.estimator.max_long_side_px, decode.threads, timeout_s=decode.timeout_s
     )
     estimator = load_estimator(opts.estimator)
+    # On a CPU, LiteRT runs one input per invoke: stepping shards together would only hold more frames.
+    together = opts.estimator.lockstep_shards if current().kind == "cuda" else 1
     passes = [
         _ShardPass(s, iter_frames(s.source_path, int(s.own_start), int(s.own_stop), decode,
                                   opts.estimator.batch_frames), None)
         for s in (shard.iloc[0] for shard in shards)
     ]  # fmt: skip
     if isinstance(estimator, MultiStreamEstimator):
-        for p in passes:
-            p.stream = estimator.new_stream()
-        _advance(passes, estimator, opts)
+        for start in range(0, len(passes), together):
+            group = passes[start : start + together]
+            for p in group:
+                p.stream = estimator.new_stream()
+            _advance(group, estimator, opts)
     else:
         for p in passes:
             estimator.reset()
@@ -194,6 +199,8 @@ def _advance(passes: list[_ShardPass], estimator: HandEstimator, opts: HandsOpti
                     chunks.append((p, chunk, camera_for_frames(p.shard.calibration_json, width, height)))
             except Exception as exc:  # noqa: BLE001 -- this shard fails, the others go on (udfs.guard reports)
                 p.error = exc
+        if not chunks:
+            return
         try:
             if isinstance(estimator, MultiStreamEstimator):
                 found = estimator.estimate_streams(

@@ -102,9 +102,9 @@ class EstimatorOptions:
     max_long_side_px: int = 640
     # Frames decoded and passed to the estimator per call.
     batch_frames: int = 32
-    # Shards of one task that go through the estimator together, each tracked on its own: every network
-    # call is batched over them (what keeps a GPU busy; LiteRT runs one input at a time, so on CPU it
-    # changes nothing but memory: this many chunks of `batch_frames` frames are held at once).
+    # Shards of a GPU task that go through the estimator together, each tracked on its own: every network
+    # call is batched over them (what keeps a GPU busy; memory: this many chunks of `batch_frames` frames
+    # at once). A CPU task runs its shards one at a time: LiteRT runs one input per invoke.
     lockstep_shards: int = 8
     # Settings of the MediaPipe estimator.
     mediapipe: MediaPipeOptions = field(default_factory=MediaPipeOptions)

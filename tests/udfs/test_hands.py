@@ -103,9 +103,22 @@ def test_real_video_shard_finds_the_hand_in_95_percent_of_frames(real_video):
     assert load_estimator(opts.estimator) is load_estimator(opts.estimator)  # loaded once per worker
 
 
-def test_shards_in_lockstep_give_each_shards_own_rows_and_a_bad_shard_fails_alone(real_video):
-    """Two shards of the real clip stepped together give the rows each gives alone (LiteRT: identical);
-    a shard whose file is missing comes back as its error while the others finish."""
+def _counted(fn, calls: list[int]):
+    """`fn(chunks, ...)` that also records how many streams each call advanced."""
+
+    def counted(chunks, *args):
+        calls.append(len(chunks))
+        return fn(chunks, *args)
+
+    return counted
+
+
+def test_shards_in_lockstep_give_each_shards_own_rows_and_a_bad_shard_fails_alone(real_video, monkeypatch):
+    """On a GPU task, shards of the real clip stepped together give the rows each gives alone (here the
+    LiteRT estimator stands in for the GPU's: identical rows); a shard whose file is missing comes back
+    as its error while the others finish."""
+    import udfs.hands
+    from udfs.device import TaskDevice
     from udfs.hands import hands_for_shards
 
     def shard(idx: int, start: int, path: str = str(real_video)) -> pd.DataFrame:
@@ -115,7 +128,14 @@ def test_shards_in_lockstep_give_each_shards_own_rows_and_a_bad_shard_fails_alon
 
     opts = HandsOptions(estimator=EstimatorOptions(batch_frames=16))
     shards = [shard(0, 100), shard(1, 300), shard(2, 0, "/no/such/clip.mp4")]
+    estimator = load_estimator(opts.estimator)
+    steps = []
+    monkeypatch.setattr(udfs.hands, "current", lambda: TaskDevice("cuda", 0, 1))
+    monkeypatch.setattr(udfs.hands, "load_estimator", lambda _: estimator)
+    monkeypatch.setattr(estimator, "estimate_streams", _counted(estimator.estimate_streams, steps))
     together = hands_for_shards(shards, opts, DecodeOptions())
+    assert steps == [2, 2, 2]  # 40 frames in chunks of 16: both shards in each call
+    monkeypatch.undo()
     for one, rows in zip(shards[:2], together[:2], strict=True):
         alone = hands_for_shard(one, opts, DecodeOptions())
         assert isinstance(rows, pd.DataFrame) and rows["frame_idx"].nunique() >= 38
