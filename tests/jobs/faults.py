@@ -19,7 +19,7 @@ from pathlib import Path
 
 #: Stage -> (module, name) of the unit function its Spark tasks run.
 UNITS = {
-    "hands": ("jobs.hands", "hands_for_shard"),
+    "hands": ("jobs.hands", "hands_for_shards"),
     "tracking": ("jobs.camera_poses", "tracking_unit"),
     "export": ("jobs.export", "export_episode"),
 }
