@@ -8,9 +8,10 @@ video's first laps x frames frames. They go through the camera-pose core as the 
 KLT features with the true hands' boxes masked (`pose_core.hands.hand_box`, 15 % margin), tracking
 (place recognition, loop correction by the Sim(3) pose graph), global BA and completion, on the
 sample's calibration. Per lap count: keyframes, loops corrected (`TrackingResult.joins` within one
-map; a loop whose similarity moves nothing only merges points and is not counted), maps joined,
-CPU seconds of tracking (and per 100 frames), BA and completion, every frame posed or not, and ATE
-against the generator's ground truth. On a repeated lap each revisit of the table is a place seen
+map; a loop whose similarity moves nothing only merges points and is not counted), those that
+rescaled the map by more than 10 % and the range of their scales, maps joined, CPU seconds of
+tracking (and per 100 frames), BA and completion, every frame posed or not, and ATE against the
+generator's ground truth. On a repeated lap each revisit of the table is a place seen
 before; an hour of footage needs the corrections and tracking's CPU per frame to stay flat as laps
 grow. Writes `loop_closures.{md,json}` with the command, machine and date.
 """
@@ -43,7 +44,8 @@ from udfs.options import DecodeOptions
 logger = logging.getLogger(__name__)
 
 COLUMNS = (
-    "laps", "frames", "keyframes", "loops_corrected", "maps_joined", "tracking_cpu_s",
+    "laps", "frames", "keyframes", "loops_corrected", "rescaled_over_10pct", "scale_range", "maps_joined",
+    "tracking_cpu_s",
     "tracking_cpu_s_per_100_frames", "ba_cpu_s", "completion_cpu_s", "all_posed", "ate_pct_of_path",
 )  # fmt: skip
 
@@ -75,7 +77,8 @@ def run_laps(root: Path, opts: SampleOptions, laps: int) -> dict[str, Any]:
     done = complete_poses(tracked, features, camera)
     completion_s = time.process_time() - cpu
     err = evaluate_trajectory(done.world_from_cam, np.load(truth / "world_from_cam.npy")[:count])
-    loops = sum(j.joined_to == j.segment for j in tracked.joins)
+    scales = np.array([j.scale for j in tracked.joins if j.joined_to == j.segment])
+    loops = len(scales)
     logger.info("%d laps: features %.1f CPU-s, tracking %.1f, %d loops corrected", laps, features_s,
                 tracking_s, loops)  # fmt: skip
     return {
@@ -83,6 +86,8 @@ def run_laps(root: Path, opts: SampleOptions, laps: int) -> dict[str, Any]:
         "frames": count,
         "keyframes": len(tracked.keyframes),
         "loops_corrected": int(loops),
+        "rescaled_over_10pct": int(np.count_nonzero(np.abs(np.log(scales)) > np.log(1.1))),
+        "scale_range": f"{scales.min():.2f}-{scales.max():.2f}" if loops else "-",
         "maps_joined": int(len(tracked.joins) - loops),
         "tracking_cpu_s": round(tracking_s, 1),
         "tracking_cpu_s_per_100_frames": round(100 * tracking_s / count, 2),
