@@ -183,8 +183,9 @@ def guarded_batch_map(
             for batch in batches
             for _, unit in batch.groupby(list(unit_keys), sort=False)
         ]
-        for start in range(0, len(units), max(1, batch_units)):
-            group = units[start : start + max(1, batch_units)]
+        size = max(1, batch_units)
+        for start in range(0, len(units), size):
+            group = units[start : start + size]
             wall0, cpu0 = time.perf_counter(), cpu_seconds()
             try:
                 results = fn(group)

@@ -1,9 +1,9 @@
 """Per-shard hand pass: decode a shard, find hands, fit them in metres, one `hands_cam` row per hand.
 
 The estimator is loaded once per Python worker (module-level cache keyed by its options, filled on
-first use, never at import) and reused for every shard that worker runs; `reset` is called per
-shard because a shard's first frame does not follow the previous shard's last. The shards of a
-task go through the estimator in lockstep (`hands_for_shards`), each tracked on its own.
+first use, never at import) and reused for every shard that worker runs. Each shard is tracked as a
+stream of its own (a new stream, or `reset`, per shard: its first frame does not follow the previous
+shard's last); on a GPU task several shards go through the estimator in lockstep (`hands_for_shards`).
 """
 
 from __future__ import annotations
@@ -149,8 +149,8 @@ def hands_for_shards(
     With an estimator that tracks several streams (`MultiStreamEstimator`) on a GPU task, up to
     `opts.estimator.lockstep_shards` shards' chunks go through it together, each shard tracked from
     its own first frame; on a CPU task, or with any other estimator, the shards go one after the
-    other. A shard that fails (decode error, too
-    few frames) fails alone; the estimator failing fails the shards it was running.
+    other. A shard that fails (decode error, too few frames) fails alone; the estimator failing fails
+    the shards it was running. Failures are returned, not raised, so `udfs.guard` reports each shard.
 
     Args:
         shards: one-row frames, each a row of `shards` plus the episode's `calibration_json`.
