@@ -84,6 +84,20 @@ class TestKinematicModel:
 
 
 class TestSolvePoseIK:
+    def test_damped_pseudo_inverse_is_lapacks_also_near_a_singularity(self) -> None:
+        """The position task's 3x3 Gram matrices are inverted in closed form: the same damped pseudo-inverse
+        as LAPACK's solve, also where two rows are nearly parallel (an arm stretched out)."""
+        from pose_core.retarget.ik import _damped_pinv
+
+        rng = np.random.default_rng(3)
+        jac = rng.normal(size=(64, 3, 6))
+        jac[:32, 2] = jac[:32, 1] * (1.0 + 1e-5)
+        damping = 1e-3
+        gram = jac @ np.swapaxes(jac, 1, 2) + damping**2 * np.eye(3)
+        expected = np.swapaxes(np.linalg.solve(gram, jac), 1, 2)
+        scale = np.abs(expected).max(axis=(1, 2), keepdims=True)
+        np.testing.assert_allclose(_damped_pinv(jac, damping) / scale, expected / scale, rtol=0, atol=1e-6)
+
     def test_recovers_reachable_poses_and_respects_bounds(self, robots: Path) -> None:
         km = KinematicModel(read_urdf(robots / PANDA), ["panda_hand_tcp"])
         rng = np.random.default_rng(0)
