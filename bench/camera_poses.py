@@ -166,6 +166,9 @@ def _sequences(synth_dir: Path) -> dict[str, Callable[[], Sequence]]:
         "synthetic hard 600 640x480": lambda: _synthetic(synth_dir, SYNTH_HARD),
         "synthetic hard 600 640x480, seed 3": lambda: _synthetic(synth_dir, replace(SYNTH_HARD, seed=3)),
         "synthetic hard 600 640x480, seed 7": lambda: _synthetic(synth_dir, replace(SYNTH_HARD, seed=7)),
+        "synthetic hard 600 640x480, x264 veryfast": lambda: _synthetic(
+            synth_dir, replace(SYNTH_HARD, encoder_preset="veryfast", name="synth_hard_014_veryfast")
+        ),
         "synthetic hard 600 640x480, 70° prior focal": lambda: replace(
             _synthetic(synth_dir, SYNTH_HARD), camera=Camera.from_prior(640, 480)),
         **{f"synthetic table 300 640x480, seed {seed}{label}": functools.partial(

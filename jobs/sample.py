@@ -94,6 +94,9 @@ class SampleOptions:
     name: str | None = None
     # H.264 constant rate factor (lower: larger files, fewer artefacts).
     crf: int = 18
+    # x264 speed preset (None: its default, `medium`): a faster one leaves other artefacts at the same
+    # crf (the camera bench plays the hard clip with `veryfast` too: tracking must not hang on the encoder).
+    encoder_preset: str | None = None
     # Room, motion and hands: a key of `pose_core.synth.presets.SYNTH_PRESETS` (`table`, `hard`).
     scene: str = "table"
     # Times the rendered clip is played: > 1 makes its motion a closed loop (`SynthOptions.loop`) and
@@ -166,7 +169,8 @@ def write_sample(out_dir: str | os.PathLike[str], opts: SampleOptions) -> dict[s
     }
     if opts.stereo:
         paths["video_right"] = stem + ".right.mp4"
-    _write_videos(episode, paths["video"], paths.get("video_right"), EncodeOptions(crf=opts.crf), opts.loops)
+    encode = EncodeOptions(crf=opts.crf, preset=opts.encoder_preset)
+    _write_videos(episode, paths["video"], paths.get("video_right"), encode, opts.loops)
     calib = _calibration(episode)
     _write_yaml(paths["calib"], calib)
     looped = _looped(episode, opts.loops)
