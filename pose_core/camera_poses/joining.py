@@ -107,6 +107,7 @@ def similarity_from_views(
     x_in_dst: np.ndarray,
     opts: JoinOptions,
     depth_known: np.ndarray | None = None,
+    scale_may_jump: bool = False,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """``dst_from_src`` from one frame posed in both maps and point pairs seen in it.
 
@@ -117,7 +118,10 @@ def similarity_from_views(
         x_in_dst: the same places in the target map, ``(N, 3)``.
         opts: options.
         depth_known: pairs whose source depth is well determined ``(N,)`` bool (seen with enough
-            parallax); only these measure the scale (fewer than ``min_shared_points``: scale 1).
+            parallax); only these measure the scale when there are ``min_shared_points`` of them.
+        scale_may_jump: the two maps' scales may differ by far more than drift (two maps, or a loop
+            over a bridge whose scale was guessed). With too few well-determined pairs, all agreeing
+            pairs then measure the scale (their noise is small beside such a jump); else it is 1.
 
     Returns:
         The similarity ``(4, 4)`` (``x_dst = s T_dst^-1 T_src x_src`` up to the camera-frame scale) and
@@ -139,7 +143,9 @@ def similarity_from_views(
         return None
     measured = keep if depth_known is None else keep & depth_known
     if np.count_nonzero(measured) < opts.min_shared_points:
-        return _similarity(1.0, src_cam_from_world, dst_cam_from_world), keep
+        if not scale_may_jump:
+            return _similarity(1.0, src_cam_from_world, dst_cam_from_world), keep
+        measured = keep
     log_ratio = np.log(ratio[measured])
     scale = float(np.exp(np.median(log_ratio)))
     std_err = 1.2533 * float(np.std(log_ratio)) / np.sqrt(len(log_ratio))  # of the median

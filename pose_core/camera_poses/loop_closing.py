@@ -159,6 +159,7 @@ def recognise_place(
         pts.points[tgt_idx],
         opts.join,
         _well_triangulated(atlas, cur_idx, opts),
+        scale_may_jump=target != segment or _has_bridge(atlas, segment),
     )
     if fit is None:
         return None
@@ -207,6 +208,12 @@ def apply_place_match(
         )
     atlas.merge_points(match.current_idx, match.target_idx)
     return report if needs else None
+
+
+def _has_bridge(atlas: Atlas, segment: int) -> bool:
+    """Whether map ``segment`` holds a bridge no loop has resolved yet: its scale after it is a guess."""
+    keyframes = set(atlas.segment_keyframes(segment))
+    return any(after in keyframes for _, after in atlas.bridges)
 
 
 def _well_triangulated(atlas: Atlas, point_idx: np.ndarray, opts: LoopOptions) -> np.ndarray:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pose_core.camera_poses.joining import JoinOptions, fit_sim3
+from pose_core.camera_poses.joining import JoinOptions, fit_sim3, similarity_from_views
 from pose_core.camera_poses.keyframe_map import MERGED, Atlas, FirstSeen, FrameRow, Keyframe
 from pose_core.camera_poses.loop_closing import LoopOptions, PlaceMatch, apply_place_match
 from pose_core.camera_poses.pose_graph import optimise_sim3_graph, rigid_from_sim3
@@ -42,6 +42,20 @@ def test_fit_sim3_recovers_similarity_despite_outliers():
     np.testing.assert_allclose(sim, TRUE_SIM, atol=1e-9)
     assert not keep[:4].any() and keep[4:].all()
     assert fit_sim3(src[:10], dst[:10], JoinOptions(min_shared_points=15)) is None
+
+
+def test_a_scale_jump_is_measured_even_where_few_depths_are_well_determined():
+    """A loop over a bridge (or another map) may change the scale 5x; with fewer than min_shared_points
+    well-triangulated pairs the agreeing pairs still measure it, where a drift-only loop keeps scale 1."""
+    rng = np.random.default_rng(2)
+    x_dst = rng.uniform([-1, -1, 3], [1, 1, 6], (30, 3))  # the frame sees them; its pose is the identity
+    x_src = x_dst / 5.0 * rng.normal(1.0, 0.02, (30, 1))  # the current map: 5x smaller, noisy depths
+    well = np.arange(30) < 10  # too few (< 15) seen with enough parallax
+    cfw = np.eye(4)
+    jump, keep = similarity_from_views(cfw, cfw, x_src, x_dst, JoinOptions(), well, scale_may_jump=True)
+    assert keep.all() and sim3_parts(jump)[0] == pytest.approx(5.0, rel=0.02)
+    drift, _ = similarity_from_views(cfw, cfw, x_src, x_dst, JoinOptions(), well)
+    assert sim3_parts(drift)[0] == pytest.approx(1.0)
 
 
 def test_rigid_pose_after_sim3_sees_the_same_image():
