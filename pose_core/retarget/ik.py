@@ -143,24 +143,24 @@ def pose_errors(base_from_link: FloatArray, base_from_target: FloatArray) -> tup
 def _damped_pinv(jac: FloatArray, damping: float) -> FloatArray:
     """``J^T (J J^T + lambda^2 I)^-1``, ``(B, J, M)`` for ``jac (B, M, J)``."""
     gram = jac @ np.swapaxes(jac, -1, -2) + damping**2 * np.eye(jac.shape[-2])
-    return np.swapaxes(_spd_solve(gram, jac), -1, -2)
+    solved = _solve_spd3(gram, jac) if gram.shape[-1] == 3 else np.linalg.solve(gram, jac)
+    return np.swapaxes(solved, -1, -2)
 
 
-def _spd_solve(gram: FloatArray, rhs: FloatArray) -> FloatArray:
-    """``gram^-1 rhs`` for symmetric positive definite ``gram (B, M, M)`` and ``rhs (B, M, K)``.
+def _solve_spd3(gram: FloatArray, rhs: FloatArray) -> FloatArray:
+    """``gram^-1 rhs`` for symmetric positive definite ``gram (B, 3, 3)`` and ``rhs (B, 3, K)``.
 
-    The position task's ``M = 3`` Gram matrices (most of the solves) are inverted in closed form (the
-    adjugate over the determinant), about 5x faster than `np.linalg.solve`'s per-matrix LU on a batch.
+    The adjugate over the determinant: the position task's Gram matrices (most of IK's solves) in closed
+    form, about 6x faster than `np.linalg.solve`'s per-matrix LU on a batch.
     """
-    if gram.shape[-1] != 3:
-        return np.linalg.solve(gram, rhs)
     a, b, c = gram[:, 0, 0], gram[:, 0, 1], gram[:, 0, 2]
     d, e, f = gram[:, 1, 1], gram[:, 1, 2], gram[:, 2, 2]
     c00, c01, c02 = d * f - e * e, c * e - b * f, b * e - c * d
     c11, c12, c22 = a * f - c * c, b * c - a * e, a * d - b * b
     det = a * c00 + b * c01 + c * c02
     adjugate = np.stack([c00, c01, c02, c01, c11, c12, c02, c12, c22], axis=-1).reshape(-1, 3, 3)
-    return (adjugate / det[:, None, None]) @ rhs
+    result: FloatArray = (adjugate / det[:, None, None]) @ rhs
+    return result
 
 
 def _inside(q: FloatArray, dq: FloatArray, lower: FloatArray, upper: FloatArray) -> FloatArray:
