@@ -19,16 +19,20 @@ synthetic clip (`jobs.sample`), repeated to `--episodes`: the same set for every
 Writes OUT/<name>.{json,md}: per layout, frames per second of the whole chain (all frames / wall from
 the start signal to the last worker's end), per stage (each worker's frames over its seconds in that
 stage, summed over workers: what the stage sustains with every worker on it), frames per CPU-second,
-the scaling against the first layout, and GPU utilisation per device (nvidia-smi, where it answers).
+the scaling against the first layout, and GPU utilisation per device (nvidia-smi, where it answers);
+hand-written notes below the marker of an existing OUT/<name>.md are kept. `--profile` also writes
+OUT/<name>.profile.txt: a cProfile of the first layout's first worker (where its CPU per frame goes).
 Imports neither pyspark nor delta (the device machine has no Java).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import cProfile
+import io
 import multiprocessing as mp
 import os
+import pstats
 import queue
 import shutil
 import subprocess
@@ -39,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.report import provenance
+from bench.report import provenance, write_result
 from udfs.device import choose_device, enter, thread_env
 from udfs.episode_units import STAGES, StageSeconds, episode_tables, shard_rows
 from udfs.guard import cpu_seconds
@@ -105,11 +109,16 @@ def worker_env(layout: Layout, rank: int) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": gpu, **thread_env(layout.threads)}
 
 
-def _worker(rank: int, gpu: bool, threads: int, lockstep: int, tasks: Any, results: Any, start: Any) -> None:
+def _worker(  # noqa: PLR0913, PLR0917 - a spawned process's arguments
+    rank: int, gpu: bool, threads: int, lockstep: int, tasks: Any, results: Any, start: Any,
+    profile: str | None = None,
+) -> None:
     """Load once, wait for the start signal, run episodes from `tasks` until None; report to `results`.
 
     `lockstep` 0: each episode through the chain (`episode_tables`); else the hands stage only, on the
     shards of up to `lockstep` episodes at a time (`hands_for_shards`, as a task runs its shards).
+    `profile`: a file for a cProfile of this worker's work after the start signal (text, by own time
+    and by cumulative time).
     """
     from udfs.hands import hands_for_shards, load_estimator
     from udfs.options import DecodeOptions, EstimatorOptions, HandsOptions
@@ -122,6 +131,9 @@ def _worker(rank: int, gpu: bool, threads: int, lockstep: int, tasks: Any, resul
     results.put(("ready", rank))
     start.wait()
     seconds = StageSeconds()
+    profiler = cProfile.Profile() if profile else None
+    if profiler:
+        profiler.enable()
     wall0, cpu0 = time.perf_counter(), cpu_seconds()
     while items := _take(tasks, max(lockstep, 1)):
         if not lockstep:
@@ -138,8 +150,20 @@ def _worker(rank: int, gpu: bool, threads: int, lockstep: int, tasks: Any, resul
             result.frames += sum(int(s["own_stop"].iat[0] - s["own_start"].iat[0]) for s in shards)
         result.episodes += len(items)
     result.wall_s, result.cpu_s = time.perf_counter() - wall0, cpu_seconds() - cpu0
+    if profiler and profile:
+        profiler.disable()
+        Path(profile).write_text(_profile_text(profiler))
     result.stage_wall_s, result.stage_cpu_s = seconds.wall_s, seconds.cpu_s
     results.put(("done", asdict(result)))
+
+
+def _profile_text(profiler: cProfile.Profile, rows: int = 40) -> str:
+    """The profile's top `rows` functions by own time, then by cumulative time."""
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(rows)
+    stats.sort_stats("cumulative").print_stats(rows)
+    return text.getvalue()
 
 
 def _take(tasks: Any, most: int) -> list[tuple[str, str | None]]:
@@ -221,8 +245,13 @@ def _collect(results: Any, procs: list[mp.process.BaseProcess], kind: str, timeo
     return got
 
 
-def run_layout(layout: Layout, episodes: list[tuple[str, str | None]], lockstep: int = 0) -> dict[str, Any]:
-    """Run the episodes on `layout`'s workers; the layout's figures (see the module doc)."""
+def run_layout(
+    layout: Layout, episodes: list[tuple[str, str | None]], lockstep: int = 0, profile: str | None = None
+) -> dict[str, Any]:
+    """Run the episodes on `layout`'s workers; the layout's figures (see the module doc).
+
+    `profile`: a file for the cProfile of the first worker (`_worker`).
+    """
     ctx = mp.get_context("spawn")
     tasks, results, start = ctx.Queue(), ctx.Queue(), ctx.Event()
     for item in episodes:
@@ -234,7 +263,8 @@ def run_layout(layout: Layout, episodes: list[tuple[str, str | None]], lockstep:
     try:
         for rank in range(layout.processes):
             os.environ.update(worker_env(layout, rank))  # a spawned child starts with this environment
-            args = (rank, layout.gpus > 0, layout.threads, lockstep, tasks, results, start)
+            mine = profile if rank == 0 else None
+            args = (rank, layout.gpus > 0, layout.threads, lockstep, tasks, results, start, mine)
             procs.append(ctx.Process(target=_worker, args=args, daemon=True))
             procs[-1].start()
     finally:
@@ -361,25 +391,32 @@ def main() -> None:
         "--hands-lockstep", type=int, default=0,
         help="0: the chain per episode; K: the hands stage only, K episodes' shards in lockstep a call",
     )  # fmt: skip
+    parser.add_argument(
+        "--profile", action="store_true",
+        help="cProfile the first layout's first worker: OUT/<name>.profile.txt (own and cumulative time)",
+    )  # fmt: skip
     parser.add_argument("--inputs", nargs="*", default=[], help="videos; none: a synthetic clip")
     parser.add_argument("--frames", type=int, default=120, help="synthetic clip: frames")
     parser.add_argument("--width", type=int, default=640, help="synthetic clip: width, pixels")
     parser.add_argument("--height", type=int, default=480, help="synthetic clip: height, pixels")
     args = parser.parse_args()
     plan = layouts(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    profile = str(out.resolve() / f"{args.name}.profile.txt") if args.profile else None
     with tempfile.TemporaryDirectory() as tmp:
         episodes, described = input_set(args, tmp)
-        runs = [run_layout(layout, episodes, args.hands_lockstep) for layout in plan]
+        runs = [
+            run_layout(layout, episodes, args.hands_lockstep, profile if i == 0 else None)
+            for i, layout in enumerate(plan)
+        ]
     names = gpu_names()
     accelerator = f"{len(names)} x {names[0]}" if names else ""
     result = {
         **provenance("bench.multi_gpu", accelerator), "input": described, "host_cpus": host_cpus(),
         "layouts": runs,
     }  # fmt: skip
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(result, indent=2))
-    (out / f"{args.name}.md").write_text(markdown(result))
+    write_result(out, args.name, result, markdown(result))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.multi_gpu import Layout, worker_env
+from bench.report import NOTES_MARKER
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,14 +54,20 @@ def test_two_cpu_workers_share_the_episodes(tmp_path):
 
 @pytest.mark.slow
 def test_hands_only_runs_several_episodes_shards_in_lockstep(tmp_path):
-    """`--hands-lockstep 2`: one worker takes two episodes at a time and runs only the hands stage."""
+    """`--hands-lockstep 2`: one worker takes two episodes at a time and runs only the hands stage; with
+    `--profile` its cProfile is written beside the result."""
     args = ["--out", str(tmp_path), "--gpus", "0", "--workers", "1", "--episodes", "3"]
-    args += ["--hands-lockstep", "2", "--frames", "20", "--width", "320", "--height", "240"]
+    args += ["--hands-lockstep", "2", "--frames", "20", "--width", "320", "--height", "240", "--profile"]
     command = [sys.executable, "-m", "bench.multi_gpu", *args]
+    (tmp_path / "multi_gpu.md").write_text(f"an earlier result\n{NOTES_MARKER}\n\nwhat a person wrote\n")
     out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     (run,) = json.loads((tmp_path / "multi_gpu.json").read_text())["layouts"]
     assert (run["episodes"], run["frames"]) == (3, 60)
     assert run["stage_frames_per_s"]["hands"] > 0 and run["stage_frames_per_s"]["tracking"] is None
     assert run["poses_frames_per_s"] is None
-    assert "| CPU x 1 | 1 |" in (tmp_path / "multi_gpu.md").read_text()
+    page = (tmp_path / "multi_gpu.md").read_text()
+    assert "| CPU x 1 | 1 |" in page and "an earlier result" not in page
+    assert page.endswith(f"{NOTES_MARKER}\n\nwhat a person wrote\n")  # the hand-written notes are kept
+    profile = (tmp_path / "multi_gpu.profile.txt").read_text()  # the worker's own profile, `--profile`
+    assert "hands_for_shards" in profile and "Ordered by: internal time" in profile
