@@ -131,8 +131,8 @@ def _worker(  # noqa: PLR0913, PLR0917 - a spawned process's arguments
     results.put(("ready", rank))
     start.wait()
     seconds = StageSeconds()
-    profiler = cProfile.Profile() if profile else None
-    if profiler:
+    profiler = cProfile.Profile()
+    if profile:
         profiler.enable()
     wall0, cpu0 = time.perf_counter(), cpu_seconds()
     while items := _take(tasks, max(lockstep, 1)):
@@ -150,7 +150,7 @@ def _worker(  # noqa: PLR0913, PLR0917 - a spawned process's arguments
             result.frames += sum(int(s["own_stop"].iat[0] - s["own_start"].iat[0]) for s in shards)
         result.episodes += len(items)
     result.wall_s, result.cpu_s = time.perf_counter() - wall0, cpu_seconds() - cpu0
-    if profiler and profile:
+    if profile:
         profiler.disable()
         Path(profile).write_text(_profile_text(profiler))
     result.stage_wall_s, result.stage_cpu_s = seconds.wall_s, seconds.cpu_s
