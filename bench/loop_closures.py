@@ -9,7 +9,9 @@ KLT features with the true hands' boxes masked (`pose_core.hands.hand_box`, 15 %
 (place recognition, loop correction by the Sim(3) pose graph), global BA and completion, on the
 sample's calibration. Per lap count: keyframes, loops corrected (`TrackingResult.joins` within one
 map; a loop whose similarity moves nothing only merges points and is not counted), those that
-rescaled the map by more than 10 % and the range of their scales, maps joined, CPU seconds of
+rescaled the map by more than 10 % and the range of their scales, maps joined, how far the tracker's
+own poses (before global BA) disagree in scale from lap to lap (`tracked_lap_scale_spread`: the
+largest over the smallest of the laps' Sim(3) scales to the ground truth), CPU seconds of
 tracking (and per 100 frames), BA and completion, every frame posed or not, and ATE against the
 generator's ground truth. On a repeated lap each revisit of the table is a place seen
 before; an hour of footage needs the corrections and tracking's CPU per frame to stay flat as laps
@@ -45,7 +47,7 @@ logger = logging.getLogger(__name__)
 
 COLUMNS = (
     "laps", "frames", "keyframes", "loops_corrected", "rescaled_over_10pct", "scale_range", "maps_joined",
-    "tracking_cpu_s",
+    "tracked_lap_scale_spread", "tracking_cpu_s",
     "tracking_cpu_s_per_100_frames", "ba_cpu_s", "completion_cpu_s", "all_posed", "ate_pct_of_path",
 )  # fmt: skip
 
@@ -72,11 +74,16 @@ def run_laps(root: Path, opts: SampleOptions, laps: int) -> dict[str, Any]:
     cpu, features_s = time.process_time(), time.process_time() - cpu
     tracked = track_episode(features, camera)
     cpu, tracking_s = time.process_time(), time.process_time() - cpu
+    tracked_poses = tracked.world_from_cam.copy()  # global BA below moves them
     bundle_adjust_keyframes(tracked, camera)
     cpu, ba_s = time.process_time(), time.process_time() - cpu
     done = complete_poses(tracked, features, camera)
     completion_s = time.process_time() - cpu
-    err = evaluate_trajectory(done.world_from_cam, np.load(truth / "world_from_cam.npy")[:count])
+    truth_poses = np.load(truth / "world_from_cam.npy")[:count]
+    err = evaluate_trajectory(done.world_from_cam, truth_poses)
+    lap = opts.frames
+    lap_scales = [evaluate_trajectory(tracked_poses[a : a + lap], truth_poses[a : a + lap]).scale
+                  for a in range(0, count, lap)]  # fmt: skip
     scales = np.array([j.scale for j in tracked.joins if j.joined_to == j.segment])
     loops = len(scales)
     logger.info("%d laps: features %.1f CPU-s, tracking %.1f, %d loops corrected", laps, features_s,
@@ -89,6 +96,7 @@ def run_laps(root: Path, opts: SampleOptions, laps: int) -> dict[str, Any]:
         "rescaled_over_10pct": int(np.count_nonzero(np.abs(np.log(scales)) > np.log(1.1))),
         "scale_range": f"{scales.min():.2f}-{scales.max():.2f}" if loops else "-",
         "maps_joined": int(len(tracked.joins) - loops),
+        "tracked_lap_scale_spread": round(max(lap_scales) / min(lap_scales), 2),
         "tracking_cpu_s": round(tracking_s, 1),
         "tracking_cpu_s_per_100_frames": round(100 * tracking_s / count, 2),
         "ba_cpu_s": round(ba_s, 1),

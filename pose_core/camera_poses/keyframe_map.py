@@ -58,10 +58,12 @@ class MapPoints:
         self.track_id = np.zeros(1024, np.int64)
         self.segment = np.zeros(1024, np.int32)
         self.ref_keyframe = np.zeros(1024, np.int64)
+        self.oldest_observer = np.zeros(1024, np.int64)  # no keyframe before this one sees the point
         self.descriptor = np.zeros((1024, DESCRIPTOR_BYTES), np.uint8)  # latest look
         self.first_descriptor = np.zeros((1024, DESCRIPTOR_BYTES), np.uint8)
         self.has_descriptor = np.zeros(1024, bool)
         self.aliases: dict[int, int] = {}  # further track id -> point
+        self._aliased_to: dict[int, set[int]] = {}  # point -> the further track ids that see it
         self._by_track: dict[int, int] = {}
 
     def lookup(self, track_ids: np.ndarray, segment: int) -> np.ndarray:
@@ -82,6 +84,7 @@ class MapPoints:
                 "track_id",
                 "segment",
                 "ref_keyframe",
+                "oldest_observer",
                 "descriptor",
                 "first_descriptor",
                 "has_descriptor",
@@ -91,6 +94,7 @@ class MapPoints:
         idx = np.arange(self.n, self.n + k)
         self.points[idx], self.track_id[idx], self.segment[idx] = x_in_world, track_ids, segment
         self.ref_keyframe[idx], self.has_descriptor[idx] = ref_keyframe, False
+        self.oldest_observer[idx] = ref_keyframe
         self._by_track.update(zip(track_ids.tolist(), idx.tolist(), strict=True))
         self.n += k
         return idx
@@ -99,16 +103,28 @@ class MapPoints:
         """Let ``track_ids (K,)`` see the existing points ``point_idx (K,)`` (relocalisation, merges)."""
         pairs = dict(zip(track_ids.tolist(), point_idx.tolist(), strict=True))
         self._by_track.update(pairs)
+        self._index_aliases(pairs)
         self.aliases.update(pairs)
+
+    def _index_aliases(self, pairs: dict[int, int]) -> None:
+        """Keep ``_aliased_to`` in step with ``aliases`` about to be updated by ``pairs`` (track -> point)."""
+        for track, point in pairs.items():
+            before = self.aliases.get(track)
+            if before is not None:
+                self._aliased_to[before].discard(track)
+            self._aliased_to.setdefault(point, set()).add(track)
 
     def merge(self, dup_idx: np.ndarray, into_idx: np.ndarray) -> None:
         """Merge points ``dup_idx (K,)`` into ``into_idx (K,)``: their tracks see the kept points."""
         remap = dict(zip(dup_idx.tolist(), into_idx.tolist(), strict=True))
-        followers = {t: remap[p] for t, p in self.aliases.items() if p in remap}  # aliases of a merged point
+        # the further tracks of a merged point follow it
+        followers = {t: remap[p] for p in remap for t in self._aliased_to.get(p, ())}
         self.alias(self.track_id[dup_idx], into_idx)
         self._by_track.update(followers)
+        self._index_aliases(followers)
         self.aliases.update(followers)
         self.segment[dup_idx] = MERGED
+        np.minimum.at(self.oldest_observer, into_idx, self.oldest_observer[dup_idx])
 
     def set_descriptors(self, point_idx: np.ndarray, descriptors: np.ndarray) -> None:
         """Store the latest descriptors ``(K, 32)`` of points ``(K,)`` (the first one too, if it is)."""
@@ -258,7 +274,8 @@ class Atlas:
     points carry their map in ``points.segment``; frame rows carry the map their pose is in.
     ``bridges`` are pairs of consecutive keyframes of one map (indices into ``keyframes``) joined by
     a turn tracked by rotation alone: their relative rotation is known, their relative translation
-    and scale only guessed.
+    and scale only guessed. ``loop_anchors`` holds, per map, the keyframe (index into ``keyframes``)
+    where it was last corrected for a loop.
     """
 
     points: MapPoints
@@ -266,6 +283,7 @@ class Atlas:
     keyframe_segment: list[int]
     rows: list[FrameRow]
     bridges: list[tuple[int, int]] = field(default_factory=list)
+    loop_anchors: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> Atlas:
@@ -281,13 +299,18 @@ class Atlas:
         return np.nonzero(self.points.segment[: self.points.n] == segment)[0]
 
     def merge_points(self, dup_idx: np.ndarray, into_idx: np.ndarray) -> None:
-        """Merge points ``dup_idx (K,)`` into ``into_idx (K,)`` in the points and every keyframe."""
+        """Merge points ``dup_idx (K,)`` into ``into_idx (K,)`` in the points and every keyframe.
+
+        Only the keyframes from the points' oldest observer on are visited: a long map's merges cost
+        the keyframes that can see the points, not all of them.
+        """
         if len(dup_idx) == 0:
             return
+        oldest = int(self.points.oldest_observer[dup_idx].min())  # no keyframe before it sees them
         self.points.merge(dup_idx, into_idx)
         remap = np.arange(self.points.n)
         remap[dup_idx] = into_idx
-        for kf in self.keyframes:
+        for kf in self.keyframes[oldest:]:
             idx = remap[kf.point_idx]
             _, first = np.unique(idx, return_index=True)  # a keyframe sees a point once
             first.sort()

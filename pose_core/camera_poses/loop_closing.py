@@ -59,6 +59,10 @@ class LoopOptions:
     # these weights
     bridge_scale_weight: float = 1e-3
     bridge_translation_weight: float = 0.05
+    # after a map's first loop correction, a later loop moves only the keyframes since the previous
+    # correction but at least the newest this many (and any back to a bridge it spans): a revisit keeps
+    # the corrections of the revisits before it, and a correction's cost stays bounded on long footage
+    max_corrected_keyframes: int = 100
 
 
 @dataclass(frozen=True)
@@ -280,6 +284,7 @@ def _move_map(atlas: Atlas, source: int, target: int, target_from_source: np.nda
         if row.segment == source:
             row.cam_from_world = cam_from_world_after_sim3(row.cam_from_world, target_from_source)
             row.segment = target
+    atlas.loop_anchors.pop(source, None)  # the joined map keeps the older map's last correction
 
 
 def _correction_needed(atlas: Atlas, match: PlaceMatch, opts: LoopOptions) -> bool:
@@ -303,11 +308,18 @@ def _correction_needed(atlas: Atlas, match: PlaceMatch, opts: LoopOptions) -> bo
 def _correct_loop(atlas: Atlas, match: PlaceMatch, segment: int, opts: LoopOptions) -> None:
     """Correct the map for the loop; move its keyframes, points and frames.
 
-    A Sim(3) pose graph spreads the correction over the loop's keyframes. A bridge inside the loop (a
-    turn followed by rotation alone, after which the map went on at a guessed scale) is by far its
-    least known link: its scale and translation are nearly free in the graph, the solve starts with
-    the whole correction on the newest bridge, and the loop resolves the bridges it spans. Without
-    bridges the correction spreads evenly along the keyframes (ORB-SLAM's essential graph).
+    A Sim(3) pose graph spreads the correction over the keyframes after the loop's keyframe. Once a map
+    has been corrected for a loop, a later loop holds the keyframes up to that correction (they agree
+    with the places they recognised; the drift the new loop measures accrued since), but always frees
+    at least the newest ``max_corrected_keyframes``: on a path that revisits one place lap after lap,
+    spreading each revisit's correction back to the first lap undid the corrections of the revisits
+    before, and cost a solve over every lap each time; holding everything up to the last correction
+    crammed a correction onto a few keyframes and broke tracking (`bench.loop_closures`' notes). A
+    bridge inside the loop (a turn followed by rotation alone, after which the map went on at a
+    guessed scale) is by far its least known link: the keyframes back to the oldest bridge are always
+    free, its scale and translation are nearly free in the graph, the solve starts with the whole
+    correction on the newest bridge, and the loop resolves the bridges it spans. Without bridges the
+    correction spreads evenly along the free keyframes (ORB-SLAM's essential graph).
     """
     kf_ids = atlas.segment_keyframes(segment)
     current = len(kf_ids) - 1
@@ -318,12 +330,13 @@ def _correct_loop(atlas: Atlas, match: PlaceMatch, segment: int, opts: LoopOptio
     cfw = np.stack([atlas.keyframes[k].cam_from_world for k in kf_ids])
     bridges = set(atlas.bridges)
     bridged = [i for i in range(loop + 1, current + 1) if (kf_ids[i - 1], kf_ids[i]) in bridges]
+    held = _held_until(atlas, segment, kf_ids, loop, bridged, opts)
     start = cfw.copy()
     if bridged:  # the newest bridge takes the whole correction to begin with
         start[bridged[-1] :] = cfw[bridged[-1] :] @ sim3_inverse(match.target_from_current)
         for i in bridged:
             atlas.bridges.remove((kf_ids[i - 1], kf_ids[i]))
-    new_sim = _loop_pose_graph(atlas, kf_ids, cfw, loop, match.target_from_current, start, bridged, opts)
+    new_sim = _loop_pose_graph(cfw, loop, held, match.target_from_current, start, bridged, opts)
     # world_new_from_world_old of each keyframe: its new similarity pose undone after its old rigid one
     correction = np.stack([sim3_inverse(s) @ c for s, c in zip(new_sim, cfw, strict=True)])
     rigid, _ = rigid_from_sim3(new_sim)
@@ -331,27 +344,48 @@ def _correct_loop(atlas: Atlas, match: PlaceMatch, segment: int, opts: LoopOptio
         atlas.keyframes[k].cam_from_world = rigid[i]
     pts = atlas.points
     idx = atlas.segment_points(segment)
-    slot = {k: i for i, k in enumerate(kf_ids)}
-    ref = np.array([slot.get(int(r), -1) for r in pts.ref_keyframe[idx]])
-    for i in np.unique(ref[ref > loop]):
+    slot = np.full(len(atlas.keyframes), -1)
+    slot[kf_ids] = np.arange(len(kf_ids))
+    ref = slot[pts.ref_keyframe[idx]]
+    for i in np.unique(ref[ref > held]):
         sel = idx[ref == i]
         pts.points[sel] = transform_points(correction[i], pts.points[sel])
     kf_frames = np.array([atlas.keyframes[k].frame_idx for k in kf_ids])
-    for f, row in enumerate(atlas.rows):
+    first_moved = int(kf_frames[held + 1]) if held < current else len(atlas.rows)
+    for f in range(first_moved, len(atlas.rows)):  # frames up to the last held keyframe stay
+        row = atlas.rows[f]
         if row.segment != segment or row.is_keyframe:
             continue
         i = int(np.searchsorted(kf_frames, f, side="right")) - 1
-        if i > loop:
-            row.cam_from_world = cam_from_world_after_sim3(row.cam_from_world, correction[i])
+        row.cam_from_world = cam_from_world_after_sim3(row.cam_from_world, correction[i])
     for k in kf_ids:
         atlas.rows[atlas.keyframes[k].frame_idx].cam_from_world = atlas.keyframes[k].cam_from_world
+    atlas.loop_anchors[segment] = kf_ids[current]
+
+
+def _held_until(
+    atlas: Atlas, segment: int, kf_ids: list[int], loop: int, bridged: list[int], opts: LoopOptions
+) -> int:
+    """Position in ``kf_ids`` of the newest keyframe a loop correction holds in place (see `_correct_loop`).
+
+    The loop's keyframe, or, when the map was corrected for a loop before, that correction's keyframe
+    but no later than ``max_corrected_keyframes`` before the current one; never past the oldest bridge
+    in the loop (``bridged``: positions of keyframes after a bridge).
+    """
+    current = len(kf_ids) - 1
+    held = loop
+    anchor = atlas.loop_anchors.get(segment)
+    if anchor is not None:
+        at = int(np.searchsorted(kf_ids, anchor))  # kf_ids ascend
+        if at < len(kf_ids) and kf_ids[at] == anchor:
+            held = max(loop, min(at, current - opts.max_corrected_keyframes))
+    return min(held, bridged[0] - 1) if bridged else held
 
 
 def _loop_pose_graph(
-    atlas: Atlas,
-    kf_ids: list[int],
     cfw: np.ndarray,
     loop: int,
+    held: int,
     target_from_current: np.ndarray,
     start: np.ndarray,
     bridged: list[int],
@@ -359,16 +393,17 @@ def _loop_pose_graph(
 ) -> np.ndarray:
     """Similarity poses ``(K, 4, 4)`` of the map's keyframes after a Sim(3) pose graph closes the loop.
 
-    ``bridged`` lists the keyframes (positions in ``kf_ids``) that follow a bridge.
+    ``cfw`` are the map's keyframe poses ``(K, 4, 4)``, oldest first; those up to position ``held``
+    are held; ``bridged`` lists the positions of the keyframes that follow a bridge.
     """
-    current = len(kf_ids) - 1
+    current = len(cfw) - 1
     steps = (1, 2)  # odometry edges and their skip-one neighbours keep the local shape
-    src = np.concatenate([*(np.arange(len(kf_ids) - s) for s in steps), [loop]])
-    dst = np.concatenate([*(np.arange(s, len(kf_ids)) for s in steps), [current]])
+    src = np.concatenate([*(np.arange(len(cfw) - s) for s in steps), [loop]])
+    dst = np.concatenate([*(np.arange(s, len(cfw)) for s in steps), [current]])
     measured = cfw[dst[:-1]] @ invert_rigid_matrices(cfw[src[:-1]])
     corrected = cfw[current] @ sim3_inverse(target_from_current)  # cam_from_world in the old frame
     loop_edge = corrected @ invert_rigid_matrices(cfw[loop])
-    fixed = np.arange(len(kf_ids)) <= loop
+    fixed = np.arange(len(cfw)) <= held
     weight = np.ones((len(src), 7))
     for i in bridged:
         spans = (src[:-1] < i) & (dst[:-1] >= i)

@@ -106,9 +106,12 @@ def test_place_match_joins_the_younger_map_into_the_older():
     np.testing.assert_array_equal(atlas.points.lookup(np.arange(100, 130), 0), shared_old)
 
 
-def test_loop_correction_spreads_the_drift_over_the_loop():
-    """A camera circles a ring of points; its map drifted (rotation, scale) by the time it returns."""
-    n = 24
+def _drifted_ring(n: int = 24):
+    """A camera circles a ring of points; its map drifted (rotation, scale) by the time it returns.
+
+    Returns the atlas (one keyframe per ring position), the true camera centres, and the loop's place
+    match (the last keyframe's points of keyframe 0's places against keyframe 0's own).
+    """
     angles = np.linspace(0, 2 * np.pi, n, endpoint=False)
     centres = np.column_stack([3 * np.cos(angles), 3 * np.sin(angles), np.zeros(n)])
     truth_cfw = []
@@ -133,7 +136,6 @@ def test_loop_correction_spreads_the_drift_over_the_loop():
         atlas.keyframes.append(Keyframe(i, cfw, idx, project(cfw, atlas.points.points[idx])))
         atlas.keyframe_segment.append(0)
         atlas.rows.append(FrameRow(cfw, 2, 0, True, 30, 0.0))
-    # the last keyframe sees keyframe 0's places again: pairs (its points, keyframe 0's points)
     again = atlas.points.add(
         transform_points(drift[-1], atlas.points.points[:30]), np.arange(900, 930), 0, n - 1
     )
@@ -143,21 +145,44 @@ def test_loop_correction_spreads_the_drift_over_the_loop():
     )
     sim, _ = fit_sim3(atlas.points.points[again], atlas.points.points[:30], JoinOptions())
     loc = Localisation(np.eye(4), np.arange(30), np.arange(30), 30, 0.0)
-    before = [
+    return atlas, centres, PlaceMatch(0, loc, again, np.arange(30), sim, 30)
+
+
+def _centre_errors(atlas: Atlas, centres: np.ndarray) -> np.ndarray:
+    return np.array([
         np.linalg.norm(invert_rigid_matrices(k.cam_from_world)[:3, 3] - c)
         for k, c in zip(atlas.keyframes, centres, strict=True)
-    ]
-    done = apply_place_match(
-        atlas, PlaceMatch(0, loc, again, np.arange(30), sim, 30), 0, n - 1, LoopOptions()
-    )
+    ])  # fmt: skip
+
+
+def test_loop_correction_spreads_the_drift_over_the_loop():
+    atlas, centres, match = _drifted_ring()
+    before = _centre_errors(atlas, centres)
+    done = apply_place_match(atlas, match, 0, len(centres) - 1, LoopOptions())
     assert done is not None and done.joined_to == done.segment == 0
-    after = [
-        np.linalg.norm(invert_rigid_matrices(k.cam_from_world)[:3, 3] - c)
-        for k, c in zip(atlas.keyframes, centres, strict=True)
-    ]
+    after = _centre_errors(atlas, centres)
     assert before[-1] > 0.2 and after[-1] < 0.02  # the loop's end is back where it belongs
     assert max(after) < 0.5 * max(before)  # and the path between was straightened, not torn
-    assert (atlas.points.segment[again] == MERGED).all()
+    assert (atlas.points.segment[match.current_idx] == MERGED).all()
+    assert atlas.loop_anchors == {0: len(centres) - 1}  # a later loop holds what this one placed
+
+
+def test_a_later_loop_holds_what_the_last_correction_placed_but_frees_the_newest_keyframes():
+    """A map corrected for a loop at keyframe 21 of 24 recognises the first keyframe's place again: the
+    keyframes up to the last correction stay, but at least the newest `max_corrected_keyframes` (8) move,
+    and the loop's end is still brought back."""
+    atlas, centres, match = _drifted_ring()
+    atlas.loop_anchors[0] = 21
+    poses_before = np.stack([k.cam_from_world for k in atlas.keyframes])
+    before = _centre_errors(atlas, centres)
+    apply_place_match(atlas, match, 0, len(centres) - 1, LoopOptions(max_corrected_keyframes=8))
+    poses_after = np.stack([k.cam_from_world for k in atlas.keyframes])
+    held = len(centres) - 1 - 8
+    np.testing.assert_allclose(poses_after[: held + 1], poses_before[: held + 1], atol=1e-12)
+    assert np.all(np.abs(poses_after[held + 1 :] - poses_before[held + 1 :]).max(axis=(1, 2)) > 1e-3)
+    after = _centre_errors(atlas, centres)
+    assert before[-1] > 0.2 and after[-1] < 0.2 * before[-1]  # 23 keyframes' drift taken up by 8
+    assert atlas.loop_anchors[0] == len(centres) - 1
 
 
 def test_pose_graph_distributes_a_loop_edge():
@@ -182,3 +207,22 @@ def test_first_seen_keeps_first_sighting_and_forgets_dead_tracks():
     kf, xy = seen.lookup(np.array([2, 9, 5]))
     np.testing.assert_array_equal(kf, [0, 1, -1])  # track 5 died at keyframe 1
     np.testing.assert_allclose(xy[:2], [[0.2, 0.2], [0.9, 0.9]])
+
+
+def test_a_point_merged_twice_leaves_no_keyframe_or_track_on_a_merged_point():
+    """Merges only visit the keyframes from a point's oldest observer on; a point that took over an older
+    map's observers (a join) and is merged again later (a loop) must still reach them."""
+    atlas = Atlas.empty()
+    pts = atlas.points
+    a = pts.add(np.zeros((1, 3)), np.array([10]), 0, ref_keyframe=0)  # seen by keyframes 0 and 1
+    b = pts.add(np.ones((1, 3)), np.array([20]), 0, ref_keyframe=2)  # seen by keyframes 2 and 3
+    c = pts.add(np.full((1, 3), 2.0), np.array([30]), 0, ref_keyframe=4)  # seen by keyframe 4
+    for i, idx in enumerate([a, a, b, b, c]):
+        atlas.keyframes.append(Keyframe(i, np.eye(4), idx.copy(), np.zeros((1, 2))))
+        atlas.keyframe_segment.append(0)
+    pts.alias(np.array([11]), a)  # a relocalised track sees point a
+    atlas.merge_points(a, b)  # keyframes 0 and 1 now see b, made at keyframe 2
+    atlas.merge_points(b, c)
+    assert [int(kf.point_idx[0]) for kf in atlas.keyframes] == [int(c[0])] * 5
+    np.testing.assert_array_equal(pts.lookup(np.array([10, 11, 20, 30]), 0), [c[0]] * 4)
+    assert pts.aliases == {10: int(c[0]), 11: int(c[0]), 20: int(c[0])}
