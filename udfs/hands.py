@@ -24,7 +24,7 @@ from pose_core.hands import (
     HandObservation,
     MultiStreamEstimator,
     StreamState,
-    fit_hand_with_camera,
+    fit_hands_with_camera,
     hand_box,
 )
 from schemas.tables import HANDS_CAM
@@ -104,9 +104,10 @@ def hand_rows(
     """
     rows = []
     intrinsics = [camera.fx, camera.fy, camera.cx, camera.cy]
+    fits = iter(fit_hands_with_camera([hand for found in hands for hand in found], camera, opts.fit))
     for frame, found in zip(frame_idx, hands, strict=True):
         for slot, hand in enumerate(found):
-            fit = fit_hand_with_camera(hand, camera, opts.fit)
+            fit = next(fits)
             box = _floats(hand_box(hand.keypoints_px, opts.box_margin))
             rows.append((
                 episode_id, int(frame), slot, _floats(hand.keypoints_px), hand.score, hand.handedness,

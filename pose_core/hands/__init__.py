@@ -40,7 +40,7 @@ from pose_core.hands.metric_fit import (
     HandFit,
     HandSizePrior,
     fit_hand,
-    fit_hand_with_camera,
+    fit_hands_with_camera,
     fit_keypoints,
 )
 from pose_core.hands.networks import HandNetworks, LiteRtHandNetworks
@@ -77,7 +77,7 @@ __all__ = [
     "choose_scale",
     "fill_gaps",
     "fit_hand",
-    "fit_hand_with_camera",
+    "fit_hands_with_camera",
     "fit_keypoints",
     "fuse_episode",
     "hand_box",

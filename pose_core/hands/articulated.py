@@ -25,12 +25,14 @@ import numpy as np
 from pose_core.errors import ShapeError
 from pose_core.hands.skeleton import BONES
 
-__all__ = ["ArticulatedOptions", "refine_articulated"]
+__all__ = ["ArticulatedOptions", "refine_articulated_hands"]
 
 logger = logging.getLogger(__name__)
 
 _PALM = (0, 1, 5, 9, 13, 17)
-_FINGER_BONES = tuple(bone for bone in BONES if bone[0] != 0)
+_FINGER_BONES = tuple(bone for bone in BONES if bone[0] != 0)  # per finger, base to tip: 5 chains of 3
+_FINGER_BASES = [parent for parent, _ in _FINGER_BONES[::3]]
+_FINGER_JOINTS = [child for _, child in _FINGER_BONES]
 _STEP = 1e-6
 
 
@@ -52,96 +54,117 @@ class ArticulatedOptions:
 
 
 def _rotations(rotvec: np.ndarray) -> np.ndarray:
-    """Rotation matrices `(B, 3, 3)` of rotation vectors `(B, 3)` (Rodrigues)."""
-    theta = np.linalg.norm(rotvec, axis=1)
-    axis = rotvec / np.maximum(theta, 1e-12)[:, None]
-    cross = np.zeros((len(rotvec), 3, 3))
-    cross[:, 0, 1], cross[:, 0, 2], cross[:, 1, 2] = -axis[:, 2], axis[:, 1], -axis[:, 0]
-    cross -= cross.transpose(0, 2, 1)
-    s, c = np.sin(theta)[:, None, None], np.cos(theta)[:, None, None]
+    """Rotation matrices `(..., 3, 3)` of rotation vectors `(..., 3)` (Rodrigues)."""
+    theta = np.linalg.norm(rotvec, axis=-1)
+    axis = rotvec / np.maximum(theta, 1e-12)[..., None]
+    cross = np.zeros(rotvec.shape + (3,))
+    cross[..., 0, 1], cross[..., 0, 2], cross[..., 1, 2] = -axis[..., 2], axis[..., 1], -axis[..., 0]
+    cross -= np.swapaxes(cross, -1, -2)
+    s, c = np.sin(theta)[..., None, None], np.cos(theta)[..., None, None]
     return np.eye(3) + s * cross + (1.0 - c) * cross @ cross
 
 
 class _Model:
-    """Keypoints of a batch of parameter vectors, camera frame."""
+    """Keypoints of H hands' batches of parameter vectors, camera frame."""
 
     def __init__(self, shape_m: np.ndarray, cam_from_hand: np.ndarray) -> None:
-        self.palm = shape_m[list(_PALM)]
-        self.rotation, self.translation = cam_from_hand[:3, :3], cam_from_hand[:3, 3]
-        steps = np.array([shape_m[c] - shape_m[p] for p, c in _FINGER_BONES])
-        self.lengths = np.linalg.norm(steps, axis=1)
-        self.dirs = steps / np.maximum(self.lengths, 1e-12)[:, None]
-        helper = np.where(np.abs(self.dirs[:, :1]) < 0.9, [[1.0, 0.0, 0.0]], [[0.0, 1.0, 0.0]])
+        """`shape_m (H, 21, 3)`, `cam_from_hand (H, 4, 4)`."""
+        self.palm = shape_m[:, list(_PALM)]
+        self.rotation, self.translation = cam_from_hand[:, :3, :3], cam_from_hand[:, :3, 3]
+        steps = np.stack([shape_m[:, c] - shape_m[:, p] for p, c in _FINGER_BONES], axis=1)  # (H, 15, 3)
+        self.lengths = np.linalg.norm(steps, axis=2)
+        self.dirs = steps / np.maximum(self.lengths, 1e-12)[..., None]
+        helper = np.where(np.abs(self.dirs[..., :1]) < 0.9, [1.0, 0.0, 0.0], [0.0, 1.0, 0.0])
         e1 = np.cross(self.dirs, helper)
-        e1 /= np.linalg.norm(e1, axis=1, keepdims=True)
+        e1 /= np.linalg.norm(e1, axis=2, keepdims=True)
         self.e1, self.e2 = e1, np.cross(self.dirs, e1)
 
-    def keypoints(self, params: np.ndarray) -> np.ndarray:
-        """`(B, 21, 3)` camera-frame keypoints of parameters `(B, 36)`."""
-        batch = len(params)
-        local = np.zeros((batch, 21, 3))
-        local[:, list(_PALM)] = self.palm
-        turn = params[:, 6:].reshape(batch, -1, 2)
-        dirs = self.dirs + turn[..., :1] * self.e1 + turn[..., 1:] * self.e2
-        dirs *= (self.lengths / np.linalg.norm(dirs, axis=2))[..., None]
-        for i, (parent, child) in enumerate(_FINGER_BONES):
-            local[:, child] = local[:, parent] + dirs[:, i]
-        rotation = _rotations(params[:, :3]) @ self.rotation
-        return local @ rotation.transpose(0, 2, 1) + (self.translation + params[:, 3:6])[:, None]
+    def keypoints(self, params: np.ndarray, at: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """`(h, B, 21, 3)` camera-frame keypoints of hands `at` (default all) of parameters `(h, B, 36)`."""
+        hands, batch = params.shape[:2]
+        local = np.zeros((hands, batch, 21, 3))
+        local[:, :, list(_PALM)] = self.palm[at, None]
+        turn = params[..., 6:].reshape(hands, batch, -1, 2)
+        dirs = self.dirs[at, None] + turn[..., :1] * self.e1[at, None] + turn[..., 1:] * self.e2[at, None]
+        dirs *= (self.lengths[at, None] / np.linalg.norm(dirs, axis=3))[..., None]
+        # each finger's joints: its base plus its bones summed in order, all fingers at once
+        chains = np.concatenate(
+            [local[:, :, _FINGER_BASES, None], dirs.reshape(hands, batch, 5, 3, 3)], axis=3
+        )
+        local[:, :, _FINGER_JOINTS] = np.cumsum(chains, axis=3)[:, :, :, 1:].reshape(hands, batch, 15, 3)
+        rotation = _rotations(params[..., :3]) @ self.rotation[at, None]
+        moved = self.translation[at, None] + params[..., 3:6]
+        return local @ np.swapaxes(rotation, -1, -2) + moved[:, :, None]
 
 
-def refine_articulated(
+def refine_articulated_hands(
     keypoints_px: np.ndarray,
     shape_m: np.ndarray,
     camera_k: np.ndarray,
     cam_from_hand: np.ndarray,
     opts: ArticulatedOptions,
 ) -> np.ndarray:
-    """Refine a rigid fit: palm pose and finger-bone directions to the 2-D keypoints, bone lengths fixed.
+    """Refine H rigid fits: palm pose and finger-bone directions to the 2-D keypoints, bone lengths fixed.
+
+    Each hand has its own Levenberg-Marquardt (damping, stop), run side by side: a hand's refinement
+    costs a few hundred small array operations, and a chunk's hands together cost about as many, not
+    H times as many (the hands stage's CPU per frame on a GPU host).
 
     Args:
-        keypoints_px: detected keypoints, pixels, `(21, 2)`, all finite.
-        shape_m: the shape of the rigid fit, hand frame, metres, `(21, 3)`.
-        camera_k: pinhole intrinsics, pixels, `(3, 3)`.
-        cam_from_hand: the rigid fit's pose, `(4, 4)`.
+        keypoints_px: detected keypoints, pixels, `(H, 21, 2)`, all finite.
+        shape_m: the shapes of the rigid fits, hand frame, metres, `(H, 21, 3)`.
+        camera_k: pinhole intrinsics, pixels, `(H, 3, 3)`.
+        cam_from_hand: the rigid fits' poses, `(H, 4, 4)`.
         opts: settings.
 
     Returns:
-        Keypoints in the camera frame, metres, `(21, 3)`; every bone as long as in `shape_m`.
+        Keypoints in the camera frame, metres, `(H, 21, 3)`; every bone as long as in `shape_m`.
 
     Raises:
         ShapeError: an input does not have the documented shape.
     """
-    if keypoints_px.shape != (21, 2) or shape_m.shape != (21, 3) or cam_from_hand.shape != (4, 4):
-        raise ShapeError(
-            "keypoints_px / shape_m / cam_from_hand", keypoints_px.shape, "(21, 2), (21, 3), (4, 4)"
-        )
+    hands = len(keypoints_px)
+    expected = ((hands, 21, 2), (hands, 21, 3), (hands, 3, 3), (hands, 4, 4))
+    given = (keypoints_px.shape, shape_m.shape, camera_k.shape, cam_from_hand.shape)
+    if given != expected:
+        raise ShapeError("keypoints_px / shape_m / camera_k / cam_from_hand", given, str(expected))
+    if hands == 0:
+        return np.zeros((0, 21, 3))
     model = _Model(shape_m, cam_from_hand)
-    palm_px = np.linalg.norm(keypoints_px[[5, 9, 13, 17]] - keypoints_px[0], axis=1).mean()
-    sigma_px = max(opts.keypoint_sigma_palm * palm_px, 1e-3)
+    palm_px = np.linalg.norm(keypoints_px[:, [5, 9, 13, 17]] - keypoints_px[:, :1], axis=2).mean(axis=1)
+    sigma_px = np.maximum(opts.keypoint_sigma_palm * palm_px, 1e-3)
     n_params = 6 + 2 * len(_FINGER_BONES)
     probe = np.vstack([np.zeros(n_params), _STEP * np.eye(n_params)])
 
-    def residuals(params: np.ndarray) -> np.ndarray:
-        points = model.keypoints(params)
-        projected = points @ camera_k.T
+    def residuals(params: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """`(h, B, R)` residuals of hands `at (h,)`' parameters `(h, B, 36)`."""
+        points = model.keypoints(params, at)
+        projected = points @ np.swapaxes(camera_k[at], -1, -2)[:, None]
         px = projected[..., :2] / np.maximum(projected[..., 2:], 1e-9)
-        reprojection = ((px - keypoints_px) / sigma_px).reshape(len(params), -1)
-        return np.concatenate([reprojection, params[:, 6:] / opts.direction_sigma_rad], axis=1)
+        off = (px - keypoints_px[at, None]) / sigma_px[at, None, None, None]
+        reprojection = off.reshape(*params.shape[:2], -1)
+        return np.concatenate([reprojection, params[..., 6:] / opts.direction_sigma_rad], axis=2)
 
-    params, damping = np.zeros(n_params), 1e-3
-    current = residuals(params[None])[0]
+    params, damping = np.zeros((hands, n_params)), np.full(hands, 1e-3)
+    current = residuals(params[:, None], np.arange(hands))[:, 0]
+    running = np.ones(hands, bool)
     for _ in range(opts.max_iterations):
-        batch = residuals(params + probe)
-        jac = ((batch[1:] - batch[0]) / _STEP).T
-        normal = jac.T @ jac
-        gradient = jac.T @ current
-        step = np.linalg.solve(normal + damping * np.diag(np.diag(normal) + 1e-9), -gradient)
-        trial = residuals((params + step)[None])[0]
-        if trial @ trial < current @ current:
-            params, current, damping = params + step, trial, damping * 0.3
-            if np.abs(step).max() < 1e-5:
-                break
-        else:
-            damping *= 10.0
-    return model.keypoints(params[None])[0]
+        at = np.flatnonzero(running)
+        if len(at) == 0:
+            break
+        batch = residuals(params[at, None] + probe, at)
+        jac = np.swapaxes((batch[:, 1:] - batch[:, :1]) / _STEP, 1, 2)  # (h, R, 36)
+        normal = np.swapaxes(jac, 1, 2) @ jac
+        gradient = np.einsum("hri,hr->hi", jac, current[at])
+        diagonal = np.diagonal(normal, axis1=1, axis2=2) + 1e-9
+        damped = normal + damping[at, None, None] * (diagonal[:, :, None] * np.eye(n_params))
+        step = np.linalg.solve(damped, -gradient[..., None])[..., 0]
+        trial = residuals((params[at] + step)[:, None], at)[:, 0]
+        better = np.sum(trial**2, axis=1) < np.sum(current[at] ** 2, axis=1)
+        took = at[better]
+        params[took] += step[better]
+        current[took] = trial[better]
+        damping[took] *= 0.3
+        damping[at[~better]] *= 10.0
+        running[took[np.abs(step[better]).max(axis=1) < 1e-5]] = False
+    return model.keypoints(params[:, None])[:, 0]

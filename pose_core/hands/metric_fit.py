@@ -17,15 +17,16 @@ fingertip); adults spread about +-8 % (one sigma) around it. Depth scales with t
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, cast
 
 import cv2
 import numpy as np
 
 from pose_core.errors import ShapeError
 from pose_core.geometry.camera import Camera
-from pose_core.hands.articulated import ArticulatedOptions, refine_articulated
+from pose_core.hands.articulated import ArticulatedOptions, refine_articulated_hands
 from pose_core.hands.estimator import NUM_KEYPOINTS, HandObservation, palm_sizes
 from pose_core.hands.skeleton import bone_lengths, canonical_palm_size, retarget
 
@@ -35,7 +36,8 @@ __all__ = [
     "HandFit",
     "HandSizePrior",
     "fit_hand",
-    "fit_hand_with_camera",
+    "fit_hands",
+    "fit_hands_with_camera",
     "fit_keypoints",
     "palm_size",
 ]
@@ -185,33 +187,64 @@ def fit_hand(hand: HandObservation, camera_k: np.ndarray, opts: FitOptions | Non
     Returns:
         The fit (see `HandFit`); its `keypoints_cam` are in metres, `(21, 3)`.
     """
+    return fit_hands([hand], camera_k, opts)[0]
+
+
+def fit_hands(
+    hands: Sequence[HandObservation], camera_k: np.ndarray, opts: FitOptions | None = None
+) -> list[HandFit]:
+    """`fit_hand` of several hands seen with one camera.
+
+    Their articulated refinements run as one batch (`refine_articulated_hands`): hand by hand, they
+    were most of a fit's cost.
+    """
     opts = opts or FitOptions()
+    rigid = [_rigid_fit(hand, camera_k, opts) for hand in hands]
+    refine = opts.articulated.enabled
+    todo = [
+        i for i, (fit, shape) in enumerate(rigid)
+        if refine and shape is not None and fit.valid and np.isfinite(hands[i].keypoints_px).all()
+    ]  # fmt: skip
+    fits = [fit for fit, _ in rigid]
+    if todo:
+        refined = refine_articulated_hands(
+            np.stack([hands[i].keypoints_px for i in todo]),
+            np.stack([cast(np.ndarray, rigid[i][1]) for i in todo]),
+            np.repeat(np.asarray(camera_k, np.float64)[None], len(todo), axis=0),
+            np.stack([fits[i].cam_from_hand for i in todo]),
+            opts.articulated,
+        )
+        for i, keypoints_cam in zip(todo, refined, strict=True):
+            fits[i] = _with_keypoints(fits[i], keypoints_cam, hands[i].keypoints_px, camera_k, opts)
+    return fits
+
+
+def _rigid_fit(
+    hand: HandObservation, camera_k: np.ndarray, opts: FitOptions
+) -> tuple[HandFit, np.ndarray | None]:
+    """The rigid fit of `fit_hand` and the shape `(21, 3)` to refine it with (None: a template fit)."""
     use_all = np.ones(NUM_KEYPOINTS, bool)
     if hand.keypoints_rel_m is not None and np.isfinite(hand.keypoints_rel_m).all():
         shape = hand.keypoints_rel_m - hand.keypoints_rel_m[0]
         if opts.skeleton == "canonical":
             lengths = bone_lengths() * (opts.prior.palm_size_m / canonical_palm_size())
             shape = retarget(shape, lengths)
-            return _refined(fit_keypoints(hand.keypoints_px, shape, camera_k, use_all, opts, "canonical"),
-                            hand.keypoints_px, shape, camera_k, opts)  # fmt: skip
+            return fit_keypoints(hand.keypoints_px, shape, camera_k, use_all, opts, "canonical"), shape
         model_size = palm_size(shape)
         shape = shape * (opts.prior.palm_size_m / model_size)
         fit = fit_keypoints(hand.keypoints_px, shape, camera_k, use_all, opts, "model")
-        return replace(_refined(fit, hand.keypoints_px, shape, camera_k, opts), model_palm_size_m=model_size)
+        return replace(fit, model_palm_size_m=model_size), shape
     mirror = np.array([-1.0, 1.0, 1.0]) if hand.handedness == "left" else np.ones(3)
     shape = TEMPLATE_RIGHT_HAND * mirror * (opts.prior.palm_size_m / palm_size(TEMPLATE_RIGHT_HAND))
     use = np.zeros(NUM_KEYPOINTS, bool)
     use[list(PALM_KEYPOINTS)] = True
-    return fit_keypoints(hand.keypoints_px, shape, camera_k, use, opts, "template")
+    return fit_keypoints(hand.keypoints_px, shape, camera_k, use, opts, "template"), None
 
 
-def _refined(
-    fit: HandFit, keypoints_px: np.ndarray, shape_m: np.ndarray, camera_k: np.ndarray, opts: FitOptions
+def _with_keypoints(
+    fit: HandFit, keypoints_cam: np.ndarray, keypoints_px: np.ndarray, camera_k: np.ndarray, opts: FitOptions
 ) -> HandFit:
-    """`fit` after the articulated refinement (when enabled and the fit used every keypoint)."""
-    if not (opts.articulated.enabled and fit.valid and np.isfinite(keypoints_px).all()):
-        return fit
-    keypoints_cam = refine_articulated(keypoints_px, shape_m, camera_k, fit.cam_from_hand, opts.articulated)
+    """`fit` with refined keypoints `(21, 3)`: their reprojection residual and validity."""
     projected = keypoints_cam @ camera_k.T
     residual = projected[:, :2] / projected[:, 2:] - keypoints_px
     depth = keypoints_cam[0, 2]
@@ -224,22 +257,27 @@ def _refined(
     )
 
 
-def fit_hand_with_camera(hand: HandObservation, camera: Camera, opts: FitOptions | None = None) -> HandFit:
-    """`fit_hand` for keypoints detected in a (possibly distorted) image of `camera`.
+def fit_hands_with_camera(
+    hands: Sequence[HandObservation], camera: Camera, opts: FitOptions | None = None
+) -> list[HandFit]:
+    """`fit_hands` for keypoints detected in (possibly distorted) images of `camera`.
 
-    The keypoints are undistorted to the pinhole image of `camera.k_matrix` first; the fit's
+    The keypoints are undistorted to the pinhole image of `camera.k_matrix` first; each fit's
     `residual_px` is measured in that undistorted image.
 
     Args:
-        hand: one detected hand, keypoints in the distorted image, pixels, `(21, 2)`.
-        camera: intrinsics and distortion of the image the hand was found in.
+        hands: detected hands, keypoints in the distorted image, pixels, `(21, 2)` each.
+        camera: intrinsics and distortion of the images the hands were found in.
         opts: fit settings.
 
     Returns:
-        The fit; its `keypoints_cam` are in metres, camera frame, `(21, 3)`.
+        One fit per hand; its `keypoints_cam` are in metres, camera frame, `(21, 3)`.
     """
     if camera.model != "pinhole":
-        rays = camera.cam_ray_from_img(hand.keypoints_px)
-        pinhole_px = rays * [camera.fx, camera.fy] + [camera.cx, camera.cy]
-        hand = replace(hand, keypoints_px=pinhole_px)
-    return fit_hand(hand, camera.k_matrix, opts)
+        undistorted = []
+        for hand in hands:
+            rays = camera.cam_ray_from_img(hand.keypoints_px)
+            pinhole_px = rays * [camera.fx, camera.fy] + [camera.cx, camera.cy]
+            undistorted.append(replace(hand, keypoints_px=pinhole_px))
+        hands = undistorted
+    return fit_hands(hands, camera.k_matrix, opts)

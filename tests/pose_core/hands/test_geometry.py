@@ -8,8 +8,8 @@ import pytest
 
 from pose_core.errors import ShapeError
 from pose_core.hands import FitOptions, HandObservation, fit_hand
-from pose_core.hands.articulated import ArticulatedOptions, refine_articulated
-from pose_core.hands.metric_fit import fit_keypoints
+from pose_core.hands.articulated import ArticulatedOptions, refine_articulated_hands
+from pose_core.hands.metric_fit import fit_hands, fit_keypoints
 from pose_core.hands.rois import detection_windows, edge_regions, square_crop
 from pose_core.hands.skeleton import BONES, bone_lengths, canonical_palm_size, retarget
 
@@ -117,6 +117,12 @@ def _hand_in_camera(curl: float) -> np.ndarray:
     return points @ tilt.T + np.array([0.02, 0.05, 0.45])
 
 
+def refine_articulated(keypoints_px, shape_m, camera_k, cam_from_hand, opts):
+    """One hand through `refine_articulated_hands`."""
+    one = (keypoints_px[None], shape_m[None], camera_k[None], cam_from_hand[None])
+    return refine_articulated_hands(*one, opts)[0]
+
+
 class TestArticulatedRefinement:
     def test_fingers_bent_differently_from_the_model_follow_the_keypoints(self):
         """The model sees the fingers straighter than they are: the rigid fit tilts and comes 11 % near."""
@@ -157,6 +163,26 @@ class TestArticulatedRefinement:
         fit = fit_hand(hand, K)
         assert fit.shape_source == "canonical" and fit.residual_px < 0.05
         np.testing.assert_allclose(fit.keypoints_cam, truth * 0.090 / canonical_palm_size(), atol=1e-4)
+
+    def test_hands_fitted_together_are_fitted_as_one_by_one(self):
+        """`fit_hands` refines a chunk's hands in one batch: each comes out as `fit_hand` gives it alone
+        (hands that converge at different iterations, a template fit and one too far to refine among them)."""
+        rng = np.random.default_rng(5)
+        hands = []
+        for curl in (0.1, 0.3, 0.5, 0.7):
+            truth = _hand_in_camera(curl=curl)
+            projected = truth @ K.T
+            keypoints_px = projected[:, :2] / projected[:, 2:] + rng.normal(0, 1.5, (21, 2))
+            model = _hand_in_camera(curl=curl * 0.7)
+            hands.append(HandObservation(keypoints_px, 1.0, "right", 1.0, model - model[0]))
+        hands.append(HandObservation(hands[0].keypoints_px, 1.0, "left", 1.0, None))  # template: rigid only
+        together = fit_hands(hands, K)
+        for hand, fit in zip(hands, together, strict=True):
+            alone = fit_hand(hand, K)
+            assert (fit.shape_source, fit.valid) == (alone.shape_source, alone.valid)
+            np.testing.assert_allclose(fit.keypoints_cam, alone.keypoints_cam, atol=1e-9)
+            assert fit.residual_px == pytest.approx(alone.residual_px, abs=1e-6)
+        assert fit_hands([], K) == []
 
     def test_shapes_are_checked(self):
         with pytest.raises(ShapeError):
