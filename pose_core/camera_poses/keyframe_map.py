@@ -22,6 +22,7 @@ import numpy as np
 
 from pose_core.camera_poses.ba import BAOptions, BAProblem, BAResult, bundle_adjust
 from pose_core.camera_poses.features import DESCRIPTOR_BYTES
+from pose_core.camera_poses.place_index import KeyframeIndex
 from pose_core.geometry.rigid3 import invert_rigid_matrices
 
 __all__ = ["FirstSeen", "Keyframe", "MapPoints", "refine_keyframes"]
@@ -275,7 +276,7 @@ class Atlas:
     ``bridges`` are pairs of consecutive keyframes of one map (indices into ``keyframes``) joined by
     a turn tracked by rotation alone: their relative rotation is known, their relative translation
     and scale only guessed. ``loop_anchors`` holds, per map, the keyframe (index into ``keyframes``)
-    where it was last corrected for a loop.
+    where it was last corrected for a loop; ``place_index`` retrieves keyframes by appearance.
     """
 
     points: MapPoints
@@ -284,6 +285,7 @@ class Atlas:
     rows: list[FrameRow]
     bridges: list[tuple[int, int]] = field(default_factory=list)
     loop_anchors: dict[int, int] = field(default_factory=dict)
+    place_index: KeyframeIndex = field(default_factory=KeyframeIndex)
 
     @classmethod
     def empty(cls) -> Atlas:

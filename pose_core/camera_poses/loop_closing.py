@@ -3,7 +3,8 @@
 Every ``place_check_every_frames`` frames (a frame with descriptors, made a keyframe) the current
 frame's descriptors are matched against the points of the atlas that it is not tracking: the
 points of other maps and the points of its own map that no recent keyframe observes
-(``relocalisation.localise``: appearance match, PnP + RANSAC). The current map's points of the
+(``relocalisation.localise``: appearance match, PnP + RANSAC; on a large map only the points of the
+keyframes most alike the frame, ``place_index``). The current map's points of the
 matched tracks and the recognised points are then pairs of one place; the frame's pose in both
 and the pairs' depths give the similarity between them (``joining.similarity_from_views``):
 
@@ -26,6 +27,7 @@ import numpy as np
 from pose_core.camera_poses.features import FrameFeatures
 from pose_core.camera_poses.joining import JoinOptions, SegmentJoin, similarity_from_views
 from pose_core.camera_poses.keyframe_map import MERGED, Atlas
+from pose_core.camera_poses.place_index import RetrievalOptions
 from pose_core.camera_poses.pose_graph import PoseGraphOptions, optimise_sim3_graph, rigid_from_sim3
 from pose_core.camera_poses.relocalisation import Localisation, PlaceOptions, localise
 from pose_core.geometry.rigid3 import invert_rigid_matrices, so3_log
@@ -42,6 +44,8 @@ class LoopOptions:
 
     # appearance matching and PnP
     place: PlaceOptions = field(default_factory=PlaceOptions)
+    # keyframe retrieval: a large candidate set is narrowed to the points of the keyframes most alike
+    retrieval: RetrievalOptions = field(default_factory=RetrievalOptions)
     # similarity fit between the two point sets of one place
     join: JoinOptions = field(default_factory=JoinOptions)
     # loop correction
@@ -120,6 +124,7 @@ def relocalise(
                 break
     if loc is None:
         cand = _described_points(atlas, np.ones(atlas.points.n, bool))
+        cand = _retrieved(atlas, feat, cand, np.ones(len(atlas.keyframes), bool), opts)
         loc = _localise(feat, xy, cand, atlas, focal_px, opts)
     if loc is None:
         return None
@@ -142,9 +147,11 @@ def recognise_place(
     """
     pts = atlas.points
     recent = np.zeros(pts.n, bool)
+    eligible = np.ones(len(atlas.keyframes), bool)
     for k in atlas.segment_keyframes(segment)[-opts.recent_keyframes :]:
         recent[atlas.keyframes[k].point_idx] = True
-    cand = _described_points(atlas, ~recent)
+        eligible[k] = False
+    cand = _retrieved(atlas, feat, _described_points(atlas, ~recent), eligible, opts)
     loc = _localise(feat, xy, cand, atlas, focal_px, opts)
     if loc is None:
         return None
@@ -239,6 +246,25 @@ def _described_points(atlas: Atlas, allowed: np.ndarray) -> np.ndarray:
     n = pts.n
     ok = allowed[:n] & pts.has_descriptor[:n] & (pts.segment[:n] != MERGED)
     return np.nonzero(ok)[0]
+
+
+def _retrieved(
+    atlas: Atlas, feat: FrameFeatures, cand: np.ndarray, eligible: np.ndarray, opts: LoopOptions
+) -> np.ndarray:
+    """The candidate points ``cand (P,)`` that the keyframes most alike ``feat`` observe.
+
+    Only when there are more than ``retrieval.exhaustive_max_points`` and the index has its
+    vocabulary (`place_index`); ``eligible (K,)`` says which keyframes may be retrieved.
+    """
+    if len(cand) <= opts.retrieval.exhaustive_max_points:
+        return cand
+    top = atlas.place_index.query(feat.described()[1], eligible, opts.retrieval)
+    if top is None:
+        return cand
+    seen = np.zeros(atlas.points.n, bool)
+    for k in top.tolist():
+        seen[atlas.keyframes[k].point_idx] = True
+    return cand[seen[cand]]
 
 
 def _localise(

@@ -7,7 +7,8 @@ does not count a second match on a near-duplicate point, one match per map point
 with PnP inside RANSAC and refines it by robust motion-only optimisation. The same query serves
 relocalisation after a loss, loop detection (candidates: points not seen recently) and place
 recognition between maps (candidates: another map's points), as in ORB-SLAM's relocalisation and
-place recognition, with direct 2-D/3-D matching instead of a bag-of-words keyframe database.
+place recognition, by direct 2-D/3-D matching; on a large map the callers first narrow the
+candidates to the points of the keyframes a bag-of-words keyframe database returns (`place_index`).
 """
 
 from __future__ import annotations

@@ -408,8 +408,8 @@ class _Tracker:
             self.segment, self.n_segments = self.n_segments, self.n_segments + 1
         idx = self.map.add(pts[ok], ref_feat.track_ids[ia[ok]], self.segment, first_kf)
         self._describe_new_points(idx, ref_feat.track_ids[ia[ok]])
-        self._append_keyframe(Keyframe(ref_feat.frame_idx, ref_cfw, idx, ref_xy[ia[ok]]))
-        self._append_keyframe(Keyframe(feat.frame_idx, cur_cfw, idx, xy[ib[ok]]))
+        self._append_keyframe(Keyframe(ref_feat.frame_idx, ref_cfw, idx, ref_xy[ia[ok]]), ref_feat)
+        self._append_keyframe(Keyframe(feat.frame_idx, cur_cfw, idx, xy[ib[ok]]), feat)
         self.first_seen = FirstSeen()
         self.first_seen.update(first_kf, ref_feat.track_ids, ref_xy)
         self.first_seen.update(first_kf + 1, feat.track_ids, xy)
@@ -589,9 +589,12 @@ class _Tracker:
         self.prev = [self.atlas.rows[-1].cam_from_world]
 
     # ---- keyframes and map -----------------------------------------------------------------
-    def _append_keyframe(self, kf: Keyframe) -> None:
+    def _append_keyframe(self, kf: Keyframe, feat: FrameFeatures) -> None:
+        """Append ``kf`` (made from ``feat``) to the current map and index its descriptors for retrieval."""
         self.atlas.keyframes.append(kf)
         self.atlas.keyframe_segment.append(self.segment)
+        index = len(self.atlas.keyframes) - 1
+        self.atlas.place_index.add(index, feat.described()[1], self.opts.loop.retrieval)
 
     def _add_keyframe(
         self,
@@ -607,7 +610,7 @@ class _Tracker:
         new_idx, new_xy = self._triangulate_new(feat, xy, cfw, have)
         kf.point_idx = np.concatenate([kf.point_idx, new_idx])
         kf.xy = np.concatenate([kf.xy, new_xy])
-        self._append_keyframe(kf)
+        self._append_keyframe(kf, feat)
         self.first_seen.update(len(self.keyframes) - 1, feat.track_ids, xy)
         self._local_ba()
 
