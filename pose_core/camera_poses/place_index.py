@@ -132,7 +132,8 @@ def k_majority(descriptors: np.ndarray, words: int, iterations: int) -> np.ndarr
     """Binary k-means: ``words`` centres ``(W, 32)`` of descriptors ``(N, 32)`` uint8 (W <= N).
 
     Starts from a farthest-first traversal (each next centre the descriptor farthest from those
-    chosen: deterministic, and every cluster gets a centre); each iteration assigns every descriptor
+    chosen: deterministic, and the centres spread over the data rather than crowd where it is dense);
+    each iteration assigns every descriptor
     to its nearest centre (Hamming) and makes each centre the bitwise majority of its descriptors (a
     centre left without any keeps its bits).
     """
