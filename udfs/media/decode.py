@@ -22,6 +22,8 @@ Convention:
       the GIL while they decode). With `timeout_s` it decodes in a forked child instead
       (`udfs.media.forked`), which decodes ahead the same way and is killed when a chunk takes longer:
       a hung decoder (native code, a file that blocks on open) costs the unit, not the task.
+    - decord decodes a window of `decord_window_mb` at a time and is parked between windows: its
+      decoder thread would otherwise decode on to the end of the video while the caller works.
 """
 
 from __future__ import annotations
@@ -281,7 +283,15 @@ def _chunk(frames: list[np.ndarray], idx: list[int], ts: list[float], backend: s
 
 
 def _decord_chunks(req: _Request, size_wh: tuple[int, int], rotation: int) -> Iterator[DecodedFrames]:
-    """Frames from decord at stored `size_wh`; decord's display rotation is undone."""
+    """Frames from decord at stored `size_wh`; decord's display rotation is undone.
+
+    decord's decoder thread never stops on its own: after a `get_batch` it decodes on towards the end of
+    the video while the caller works, its frames held in memory (dmlc/decord#157, #208: a hands shard's
+    8 s of work left 2.6 GB and half the shard's CPU in frames nobody asked for). So each window of the
+    range (`opts.decord_window_mb` of frames, whole chunks) is decoded in one go, and `seek(0)` parks
+    the decoder before the window's chunks are handed out; the next window seeks back to its first
+    frame (from the keyframe before it).
+    """
     source, start, opts, chunk = req.source, req.start, req.opts, req.chunk
     width, height = (size_wh[1], size_wh[0]) if rotation in (90, 270) else size_wh
     reader = decord.VideoReader(
@@ -292,13 +302,19 @@ def _decord_chunks(req: _Request, size_wh: tuple[int, int], rotation: int) -> It
         num_threads=opts.threads,
     )
     stop = min(req.stop, len(reader))
-    for first in range(start, stop, chunk):
-        idx = list(range(first, min(first + chunk, stop)))
-        batch = reader.get_batch(idx).asnumpy()
-        if rotation:
-            batch = np.ascontiguousarray(np.rot90(batch, k=-rotation // 90, axes=(1, 2)))
-        ts = np.asarray(reader.get_frame_timestamp(idx), dtype=np.float64)[:, 0]
-        yield DecodedFrames(batch, np.asarray(idx, dtype=np.int64), ts, "decord")
+    window = chunk * max(1, int(opts.decord_window_mb * 2**20 // (width * height * 3 * chunk)))
+    for lo in range(start, stop, window):
+        # The window's chunks back to back (decord's cost per frame is lowest in chunk-sized calls).
+        decoded = []
+        for first in range(lo, min(lo + window, stop), chunk):
+            idx = list(range(first, min(first + chunk, stop)))
+            batch = reader.get_batch(idx).asnumpy()
+            if rotation:
+                batch = np.ascontiguousarray(np.rot90(batch, k=-rotation // 90, axes=(1, 2)))
+            ts = np.asarray(reader.get_frame_timestamp(idx), dtype=np.float64)[:, 0]
+            decoded.append(DecodedFrames(batch, np.asarray(idx, dtype=np.int64), ts, "decord"))
+        reader.seek(0)
+        yield from decoded
 
 
 def _sequence_chunks(req: _Request, folder: str) -> Iterator[DecodedFrames]:

@@ -25,6 +25,8 @@ class DecodeOptions:
             most this fraction of the stored size on both sides (0 = never). The blocking it leaves is
             mostly averaged away by the downscale: at 0.5, Y-PSNR against the full decode >= 40 dB on
             H.264, for 10-35 % less decode CPU (bench/results/decode.md). Decord ignores it.
+        decord_window_mb: frames decord decodes in one go, MB (whole chunks, at least one); it is parked
+            between windows, so this bounds the decoding process's frames in memory.
         timeout_s: > 0: `iter_frames` decodes in a forked child process (which also decodes ahead,
             in place of `prefetch_chunks`) and kills it when a chunk takes longer than this
             (`decode_timeout`); 0: in this process, unbounded.
@@ -40,6 +42,10 @@ class DecodeOptions:
     # (memory: this many extra chunks of frames); 0 decodes in the caller's thread. Unused with
     # timeout_s > 0: the decoding child process runs one chunk ahead instead.
     prefetch_chunks: int = 1
+    # decord decodes this many MB of frames in one go and is parked while they are handed out (its
+    # decoder thread otherwise decodes on, unasked, while the caller works): memory per decoding
+    # process, and one seek back per window after the first (384: a 640x480 priors shard, 272 frames).
+    decord_window_mb: float = 384.0
     # Skip the in-loop deblocking filter when the output is at most this fraction of the stored size
     # on both sides (PyAV only); 0 = never.
     skip_deblocking_below: float = 0.0
@@ -48,6 +54,8 @@ class DecodeOptions:
     timeout_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.decord_window_mb <= 0:
+            raise ValueError(f"decord_window_mb must be > 0, got {self.decord_window_mb}")
         if self.timeout_s < 0:
             raise ValueError(f"timeout_s must be >= 0 (0: no limit), got {self.timeout_s}")
         if self.backend not in ("auto", "decord", "pyav"):

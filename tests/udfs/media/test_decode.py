@@ -4,6 +4,7 @@ import faulthandler
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -171,6 +172,30 @@ class TestIterFrames:
         np.testing.assert_allclose(
             np.concatenate([c.ts_s for c in chunks]), np.arange(7, 50) / 30.0, atol=1e-3
         )
+
+    def test_decord_windows_give_the_same_chunks(self, root: Path) -> None:
+        """One window of two chunks at a time, parked between windows: the frames of one long window."""
+        path = str(root / "bad" / "long_source.mkv")
+        whole = list(iter_frames(path, 7, 50, replace(NATIVE["decord"], prefetch_chunks=0), chunk_frames=16))
+        frame_mb = np.prod(whole[0].frames.shape[1:]) / 2**20
+        windowed = replace(NATIVE["decord"], prefetch_chunks=0, decord_window_mb=frame_mb * 32)
+        chunks = list(iter_frames(path, 7, 50, windowed, chunk_frames=16))
+        assert [len(c.frame_idx) for c in chunks] == [16, 16, 11]
+        for a, b in zip(chunks, whole, strict=True):
+            np.testing.assert_array_equal(a.frames, b.frames)
+            np.testing.assert_array_equal(a.ts_s, b.ts_s)
+
+    def test_decord_does_no_work_while_the_caller_holds_a_chunk(self, tmp_path: Path) -> None:
+        """decord's decoder thread decodes on, unasked, after a batch (dmlc/decord#157): the reader is
+        parked, so a caller's slow work on a chunk costs no decoding CPU and no memory."""
+        path = tmp_path / "long.mp4"
+        write_video(path, textured_frames(3, 900, 320, 240), 30.0, EncodeOptions(crf=30, preset="ultrafast"))
+        chunks = iter_frames(str(path), 0, None, DecodeOptions(backend="decord", prefetch_chunks=0), 16)
+        assert len(next(chunks).frame_idx) == 16
+        cpu0 = time.process_time()
+        time.sleep(0.5)
+        assert time.process_time() - cpu0 < 0.02  # unparked: 0.1-0.3 s, decoding on to the end
+        chunks.close()
 
     def test_exception_unreadable(self, root: Path) -> None:
         with pytest.raises(InputError) as info:
