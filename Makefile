@@ -72,6 +72,7 @@ bench: setup
 	$(PY) -m bench.ba_device --out bench/results --sizes 50x5000,200x20000
 	$(PY) -m bench.decode_overlap --out bench/results
 	$(PY) -m bench.decode --out bench/results
+	$(PY) -m bench.decode_held --out bench/results
 	$(PY) -m bench.export --out bench/results
 	$(PY) -m bench.retarget --out bench/results
 	$(PY) -m bench.retarget_pipeline --work $${TMPDIR:-/tmp}/egolake_bench_retarget --out bench/results
