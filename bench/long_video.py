@@ -163,15 +163,23 @@ def bench_length(
     return result
 
 
+def _mib(value: float | None) -> str:
+    """A peak in MiB, or "-" for figures recorded before it was measured."""
+    return "-" if value is None else f"{value:.0f}"
+
+
 def _markdown(results: list[dict[str, Any]], meta: dict[str, str], settings: list[str]) -> str:
     lines = [
         "# Long videos (issue 18): memory, CPU and accuracy per stage against footage length", "",
         f"- command: `{meta['command']}`", f"- date: {meta['date']}", f"- machine: {meta['machine']}",
         f"- settings: {', '.join(settings) or 'defaults'}", "",
-        "Peak RSS, MiB: the JVM, the largest Python worker, all workers at once. CPU: the whole process "
-        "tree of the stage's `egolake run` (its JVM's start included).", "",
-        "| minutes | stage | ok | wall s | CPU s | JVM MiB | worker MiB | workers MiB | error |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---|",
+        "Peak RSS, MiB: the JVM, the largest Python worker, all workers at once; workers PSS: all workers' "
+        "proportional shares at once (RSS counts the pages a forked worker or decoding child shares with "
+        "its parent in both). CPU: the whole process tree of the stage's `egolake run` (its JVM's start "
+        "included).", "",
+        "| minutes | stage | ok | wall s | CPU s | JVM MiB | worker MiB | workers MiB | workers PSS MiB "
+        "| error |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]  # fmt: skip
     for r in results:
         for s in r["stages"]:
@@ -179,7 +187,7 @@ def _markdown(results: list[dict[str, Any]], meta: dict[str, str], settings: lis
             lines.append(
                 f"| {r['minutes']:g} | {s['stage']} | {'yes' if s['ok'] else 'NO'} | {s['wall_s']:.0f} | "
                 f"{s['cpu_s']:.0f} | {p['jvm_mb']:.0f} | {p['worker_mb']:.0f} | {p['workers_mb']:.0f} | "
-                f"{s['error']} |"
+                f"{_mib(p.get('workers_pss_mb'))} | {s['error']} |"
             )
     lines += [
         "",

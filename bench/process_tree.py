@@ -28,11 +28,17 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 @dataclass
 class Peaks:
-    """Peak resident memory (RSS), MiB, per class of process while a command ran."""
+    """Peak resident memory, MiB, per class of process while a command ran.
+
+    RSS counts a page in every process that maps it, so `workers_mb` counts twice what a forked process
+    shares with its parent (pyspark's daemon and its workers, a worker and its decoding child);
+    `workers_pss_mb` sums each process's proportional share (PSS): the memory the workers really hold.
+    """
 
     jvm_mb: float = 0.0
-    worker_mb: float = 0.0  # the largest single Python worker
-    workers_mb: float = 0.0  # all Python workers at once
+    worker_mb: float = 0.0  # the largest single Python worker (RSS)
+    workers_mb: float = 0.0  # all Python workers at once (RSS summed)
+    workers_pss_mb: float = 0.0  # all Python workers at once (PSS summed)
     driver_mb: float = 0.0
 
 
@@ -131,8 +137,11 @@ def _tree(pid: int) -> dict[int, list[str]]:
     return {p: stats[p] for p in tree if p in stats}
 
 
-def _kind_and_rss(pid: int) -> tuple[str, float] | None:
-    """('jvm' | 'worker' | 'driver' | 'other', RSS MiB) of a live process, None when it is gone."""
+def _kind_and_rss(pid: int) -> tuple[str, float, float] | None:
+    """('jvm' | 'worker' | 'driver' | 'other', RSS MiB, PSS MiB) of a live process, None when it is gone.
+
+    PSS (from smaps_rollup, which walks the page tables) is read for Python workers only; 0 for the rest.
+    """
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
@@ -140,15 +149,21 @@ def _kind_and_rss(pid: int) -> tuple[str, float] | None:
             rss_kb = next((int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:")), 0)
     except OSError:
         return None
+    pss_kb = 0
     if cmd.split(" ", 1)[0].endswith("java"):
         kind = "jvm"
     elif "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
         kind = "worker"
+        try:
+            with open(f"/proc/{pid}/smaps_rollup", encoding="utf-8") as f:
+                pss_kb = next((int(ln.split()[1]) for ln in f if ln.startswith("Pss:")), 0)
+        except OSError:
+            return None
     elif "jobs.cli" in cmd or "jobs/submit.py" in cmd:
         kind = "driver"
     else:
         kind = "other"
-    return kind, rss_kb / 1024.0
+    return kind, rss_kb / 1024.0, pss_kb / 1024.0
 
 
 def _watch(peaks: Peaks, cpu: _CpuTicks, stop: threading.Event, every_s: float = 0.2) -> None:
@@ -160,13 +175,16 @@ def _watch(peaks: Peaks, cpu: _CpuTicks, stop: threading.Event, every_s: float =
     me = os.getpid()
     while not stop.is_set():
         rss: dict[str, list[float]] = {}
+        workers_pss = 0.0
         for p, stat in list(_tree(me).items())[1:]:
             cpu.see(p, stat)
             if (got := _kind_and_rss(p)) is not None:
                 rss.setdefault(got[0], []).append(got[1])
+                workers_pss += got[2]
         workers = rss.get("worker", [])
         peaks.jvm_mb = max(peaks.jvm_mb, sum(rss.get("jvm", [])))
         peaks.worker_mb = max(peaks.worker_mb, max(workers, default=0.0))
         peaks.workers_mb = max(peaks.workers_mb, sum(workers))
+        peaks.workers_pss_mb = max(peaks.workers_pss_mb, workers_pss)
         peaks.driver_mb = max(peaks.driver_mb, sum(rss.get("driver", [])))
         stop.wait(every_s)

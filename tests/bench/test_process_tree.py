@@ -41,6 +41,30 @@ def test_an_orphaned_grandchild_counts_in_cpu_time_and_memory_peaks():
     assert 150 <= got["worker_mb"] <= 400  # sampled from /proc while it ran
 
 
+# A worker that forks after filling 200 MiB: parent and child map the same pages for ~1 s.
+_FORKING_WORKER = (
+    "import os, time; block = bytearray(200 * 2**20); block[::4096] = b'x' * len(block[::4096]); "
+    "pid = os.fork(); time.sleep(1.0)\nif pid: os.waitpid(pid, 0)"
+)
+_BENCH_FORK = f"""
+import json, sys
+from pathlib import Path
+from bench.process_tree import adopt_orphans, run_measured
+adopt_orphans()
+run = run_measured([sys.executable, "-c", {_FORKING_WORKER!r}, "pyspark.worker"], Path("."))
+print(json.dumps({{"rss": run.peaks.workers_mb, "pss": run.peaks.workers_pss_mb}}))
+"""
+
+
+def test_pages_a_forked_worker_shares_count_once_in_pss():
+    proc = subprocess.run(
+        [sys.executable, "-c", _BENCH_FORK], cwd=ROOT, capture_output=True, text=True, check=True
+    )  # noqa: S603
+    got = json.loads(proc.stdout)
+    assert got["rss"] >= 380  # the 200 MiB block in both processes' RSS
+    assert 180 <= got["pss"] <= got["rss"] - 150  # once in their proportional shares
+
+
 def test_a_command_past_its_time_limit_is_killed_with_its_descendants():
     bench = (
         "import json, sys, time\nfrom pathlib import Path\n"
