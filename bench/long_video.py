@@ -100,8 +100,14 @@ def _failed_episodes(out: Path, stage: str) -> str:
     return str(failed["error"].iat[0])[:300] if len(failed) else ""
 
 
-def camera_accuracy(out: Path, truth: Path) -> dict[str, Any]:
-    """Every frame's pose against the ground truth: frames posed, ATE after a Sim(3) fit, metres."""
+def camera_accuracy(out: Path, truth: Path, loop_frames: int) -> dict[str, Any]:
+    """Every frame's pose against the ground truth: frames posed, ATE after a Sim(3) fit, metres; per lap.
+
+    The whole path's ATE can hide a lap whose shape collapsed (its poses bunched into a fraction of its
+    size: a small error beside a 90-m path): each lap (``loop_frames`` frames) is also fitted alone, and
+    the worst lap's ATE (% of its own path) and the spread of the laps' fitted scales, relative to the
+    median lap's, are reported.
+    """
     from pose_core.camera_poses.evaluation import evaluate_trajectory
     from udfs.camera_tables import world_from_cam_from_columns
 
@@ -113,7 +119,25 @@ def camera_accuracy(out: Path, truth: Path) -> dict[str, Any]:
     )
     errors = evaluate_trajectory(est, gt)
     return {"frames": len(gt), "posed": errors.num_frames, "ate_rmse_m": errors.ate_rmse_m,
-            "ate_pct_of_path": errors.ate_pct_of_path, "path_m": errors.path_length_m}  # fmt: skip
+            "ate_pct_of_path": errors.ate_pct_of_path, "path_m": errors.path_length_m,
+            **lap_accuracy(est, gt, loop_frames)}  # fmt: skip
+
+
+def lap_accuracy(est: np.ndarray, gt: np.ndarray, loop_frames: int) -> dict[str, Any]:
+    """Each lap of ``loop_frames`` poses ``(F, 4, 4)`` fitted alone (Sim(3)) against the truth ``(F, 4, 4)``.
+
+    Returns:
+        ``worst_lap`` (index), ``worst_lap_ate_pct`` (its ATE, % of its own path) and ``lap_scale_min`` /
+        ``lap_scale_max``: the laps' fitted scales over the median lap's.
+    """
+    from pose_core.camera_poses.evaluation import evaluate_trajectory
+
+    laps = [evaluate_trajectory(est[s : s + loop_frames], gt[s : s + loop_frames])
+            for s in range(0, len(gt) - loop_frames + 1, loop_frames)]  # fmt: skip
+    worst = int(np.argmax([lap.ate_pct_of_path for lap in laps]))
+    scales = np.array([lap.scale for lap in laps]) / np.median([lap.scale for lap in laps])
+    return {"worst_lap": worst, "worst_lap_ate_pct": laps[worst].ate_pct_of_path,
+            "lap_scale_min": float(scales.min()), "lap_scale_max": float(scales.max())}  # fmt: skip
 
 
 def _sample(work: Path, minutes: float, loop_frames: int) -> tuple[Path, Path]:
@@ -159,13 +183,22 @@ def bench_length(
         units = _query(out, "SELECT stage, coalesce(sum(cpu_s), 0.0) AS cpu_s FROM runs GROUP BY stage")
         result["unit_cpu_s"] = dict(zip(units["stage"], units["cpu_s"].astype(float), strict=True))
         result["frames_per_unit_cpu_s"] = frames / sum(result["unit_cpu_s"].values())
-        result["camera"] = camera_accuracy(out, truth)
+        result["camera"] = camera_accuracy(out, truth, loop_frames)
     return result
 
 
 def _mib(value: float | None) -> str:
     """A peak in MiB, or "-" for figures recorded before it was measured."""
     return "-" if value is None else f"{value:.0f}"
+
+
+def _worst_lap(cam: dict[str, Any]) -> str:
+    """"ATE % (lap N)", or "-" for figures recorded before laps were measured."""
+    return f"{cam['worst_lap_ate_pct']:.2f} (lap {cam['worst_lap']})" if "worst_lap" in cam else "-"
+
+
+def _lap_scales(cam: dict[str, Any]) -> str:
+    return f"{cam['lap_scale_min']:.2f} to {cam['lap_scale_max']:.2f}" if "lap_scale_min" in cam else "-"
 
 
 def _markdown(results: list[dict[str, Any]], meta: dict[str, str], settings: list[str]) -> str:
@@ -191,18 +224,19 @@ def _markdown(results: list[dict[str, Any]], meta: dict[str, str], settings: lis
             )
     lines += [
         "",
-        "| minutes | frames | frames posed | ATE RMSE m | ATE % of path | camera path m | frames/CPU-s | "
-        "frames/unit CPU-s |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| minutes | frames | frames posed | ATE RMSE m | ATE % of path | camera path m | worst lap: ATE % "
+        "of its path | laps' scales / the median lap's | frames/CPU-s | frames/unit CPU-s |",
+        "|---:|---:|---:|---:|---:|---:|---|---|---:|---:|",
     ]
     for r in results:
         cam = r.get("camera")
         if cam is None:
-            lines.append(f"| {r['minutes']:g} | {r['frames']} | not reached | | | | | |")
+            lines.append(f"| {r['minutes']:g} | {r['frames']} | not reached | | | | | | | |")
             continue
         lines.append(
             f"| {r['minutes']:g} | {r['frames']} | {cam['posed']} | {cam['ate_rmse_m']:.4f} | "
-            f"{cam['ate_pct_of_path']:.2f} | {cam['path_m']:.1f} | {r['frames_per_cpu_s']:.2f} | "
+            f"{cam['ate_pct_of_path']:.2f} | {cam['path_m']:.1f} | {_worst_lap(cam)} | {_lap_scales(cam)} | "
+            f"{r['frames_per_cpu_s']:.2f} | "
             f"{r['frames_per_unit_cpu_s']:.2f} |"
         )
     return "\n".join(lines) + "\n"

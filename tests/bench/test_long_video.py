@@ -1,0 +1,30 @@
+"""bench.long_video per lap: a lap whose shape collapsed shows where the whole path's ATE hides it."""
+
+import numpy as np
+import pytest
+
+from bench.long_video import lap_accuracy
+from pose_core.camera_poses.evaluation import evaluate_trajectory
+
+
+def _laps(n_laps: int, frames: int) -> np.ndarray:
+    """A camera circling a 2-m ring (with a bob) ``n_laps`` times, ``(n_laps * frames, 4, 4)``."""
+    a = 2 * np.pi * np.arange(n_laps * frames) / frames
+    poses = np.tile(np.eye(4), (len(a), 1, 1))
+    poses[:, :3, 3] = np.stack([np.cos(a), np.sin(a), 0.2 * np.sin(3 * a)], axis=1)
+    return poses
+
+
+def test_a_collapsed_lap_is_the_worst_and_its_scale_shows():
+    gt = _laps(10, 60)
+    est = gt.copy()
+    est[:, :3, 3] *= 0.5  # the map's scale: half a metre per unit
+    lap = est[3 * 60 : 4 * 60, :3, 3]  # lap 3 collapsed: its second half stuck where the first ended
+    lap[30:] = lap[29]
+    whole = evaluate_trajectory(est, gt)
+    assert whole.ate_pct_of_path < 1.0  # the whole path hides it
+    laps = lap_accuracy(est, gt, 60)
+    assert laps["worst_lap"] == 3
+    assert laps["worst_lap_ate_pct"] > 5.0  # of its own 6-m path
+    assert laps["lap_scale_max"] == pytest.approx(1.0, rel=0.01)  # the other laps: the median lap's scale
+    assert laps["lap_scale_min"] < 0.95  # the bunched lap's fit is off the others' scale
