@@ -71,6 +71,18 @@ def _camera_ate_pct(spark: Any, out: str) -> float | None:
     return round(float(evaluate_trajectory(est, gt).ate_pct_of_path), 3)
 
 
+def _retarget_cpu_s(spark: Any, out: str) -> float | None:
+    """CPU seconds of the output's latest retarget run (its units, every robot and hand)."""
+    runs = _table(spark, out, "runs")
+    if runs is None:
+        return None
+    mine = runs[(runs["stage"] == "retarget") & (runs["status"] == "ok")]
+    if mine.empty:
+        return None
+    latest = mine[mine["run_id"] == mine.sort_values("finished")["run_id"].iloc[-1]]
+    return round(float(latest["cpu_s"].sum()), 1)
+
+
 def _table(spark: Any, out: str, name: str) -> Any:
     from jobs.tables import Layout, exists, read
     from schemas import table as schema_of
@@ -146,11 +158,13 @@ def measure(spark: Any, outputs: dict[str, str]) -> list[dict[str, Any]]:
         if actions is None:
             continue
         camera_ate = _camera_ate_pct(spark, out)
+        retarget_cpu = _retarget_cpu_s(spark, out)
         quality = _table(spark, out, "robot_quality")
         for embodiment, mine in actions.groupby("embodiment"):
             own = None if quality is None else quality[quality["embodiment"] == embodiment]
             refused = sorted(set(mine.loc[mine["refused"].notna(), "episode_id"]))
-            row = {"output": label, "camera_ate_pct": camera_ate, "robot": embodiment,
+            row = {"output": label, "camera_ate_pct": camera_ate, "retarget_cpu_s": retarget_cpu,
+                   "robot": embodiment,
                    "episodes": int(mine["episode_id"].nunique()), "refused": len(refused),
                    **_pooled(mine, own)}
             if own is not None:
@@ -179,8 +193,8 @@ def _cell(key: str, value: Any) -> str:
 
 
 COLUMNS = (
-    "output", "camera_ate_pct", "robot", "episodes", "refused", "passed", "steps", "valid_fraction",
-    "reachable_fraction",
+    "output", "camera_ate_pct", "retarget_cpu_s", "robot", "episodes", "refused", "passed", "steps",
+    "valid_fraction", "reachable_fraction",
     "position_error_median_m", "position_error_p95_m", "tracking_error_median_m", "tracking_error_p95_m",
     "target_shift_p95_m", "approach_error_median_rad", "approach_error_p95_rad",
     "closing_error_median_rad", "closing_error_p95_rad", "limit_violations",
@@ -226,7 +240,8 @@ def main() -> None:
         "table seeds 1-3 at 300 frames, hard at 600), each through the whole pipeline with "
         f"`--set embodiments=[{args.robots}]`; an episode without an IMU scale gets the user scale of its "
         "camera path's Sim(3) fit to ground truth (`fusion.user_metres_per_unit`); camera_ate_pct = that "
-        "path's ATE over every frame, % of its length (synthetic outputs).",
+        "path's ATE over every frame, % of its length (synthetic outputs); retarget_cpu_s = CPU seconds "
+        "of the output's latest retarget run, both robots and hands (the same on both rows).",
         "- figures pool both hands' control steps over the output's episodes the robot was not refused for "
         "(no metric scale: `refused`); valid = a hand observed or gap-filled within 0.9 m of the camera; "
         "reachable = of the valid steps, within the profile's tolerances of the smoothed target the arm "
