@@ -121,6 +121,9 @@ class TrackingOptions:
     local_ba_anchors: int = 4
     # older keyframes searched for covisibility (bounds the cost on long maps)
     local_ba_search: int = 40
+    # after a loop correction, a BA of the map's newest `loop.max_corrected_keyframes` keyframes holds up to
+    # this many older keyframes fixed, those that see most of the recognised points (`_loop_ba`)
+    loop_ba_anchors: int = 10
     # frames before initialisation kept for re-tracking once the map exists
     max_pending_frames: int = 150
     # after a loss, relocalisation alone is tried for this many frames before a new map may start (the
@@ -580,6 +583,8 @@ class _Tracker:
         if match is None:
             return
         done = apply_place_match(self.atlas, match, self.segment, feat.frame_idx, o.loop)
+        if done is not None and done.joined_to == done.segment:
+            self._loop_ba(match.target_idx)
         if done is not None:
             self.joins.append(done)
             self.segment = min(self.segment, match.target)
@@ -646,6 +651,33 @@ class _Tracker:
 
     def _reproj_ok(self, cfw: np.ndarray, pts: np.ndarray, xy: np.ndarray) -> np.ndarray:
         return reprojection_error(cfw, pts, xy) * self.f < self.opts.inlier_px
+
+    def _loop_ba(self, target_idx: np.ndarray) -> None:
+        """BA after a loop correction: the newest corrected keyframes and the older ones that see the place.
+
+        The pose graph moves each point with its first keyframe, so points that keyframes on both sides of
+        the correction observe are left off their other observations, and the next recognition would be
+        measured against them. Up to ``loop_ba_anchors`` older keyframes that see most of the recognised
+        points hold the gauge.
+        """
+        o = self.opts
+        seg_kfs = self.atlas.segment_keyframes(self.segment)
+        newest = seg_kfs[-o.loop.max_corrected_keyframes :]
+        older = seg_kfs[: len(seg_kfs) - len(newest)]
+        in_place = np.zeros(self.map.n, bool)
+        in_place[target_idx] = True
+        seen = np.array([np.count_nonzero(in_place[self.keyframes[k].point_idx]) for k in older], int)
+        best = np.argsort(-seen, kind="stable")[: o.loop_ba_anchors]
+        anchors = sorted(older[i] for i in best if seen[i] > 0)
+        chosen = anchors + newest
+        fixed = np.zeros(len(chosen), bool)
+        fixed[: len(anchors)] = True
+        if len(anchors) < 2:
+            fixed[:2] = True
+        window = [self.keyframes[k] for k in chosen]
+        refine_keyframes(window, self.map.points, self.f, fixed, o.ba, o.inlier_px)
+        for k in chosen:
+            self.atlas.rows[self.keyframes[k].frame_idx].cam_from_world = self.keyframes[k].cam_from_world
 
     def _local_ba(self) -> None:
         """BA of the newest keyframes and their covisible ones; keyframes seeing the same points anchor it."""
