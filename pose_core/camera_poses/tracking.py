@@ -652,6 +652,15 @@ class _Tracker:
     def _reproj_ok(self, cfw: np.ndarray, pts: np.ndarray, xy: np.ndarray) -> np.ndarray:
         return reprojection_error(cfw, pts, xy) * self.f < self.opts.inlier_px
 
+    def _seeing_most(self, candidates: list[int], points: np.ndarray, count: int) -> list[int]:
+        """The keyframes of ``candidates`` that observe most of the points marked in ``points``.
+
+        ``points`` is a mask over the map's points; at most ``count``, most first (ties: the earlier), none
+        that observes none of them.
+        """
+        seen = np.array([np.count_nonzero(points[self.keyframes[k].point_idx]) for k in candidates], int)
+        return [candidates[i] for i in np.argsort(-seen, kind="stable")[:count] if seen[i] > 0]
+
     def _loop_ba(self, target_idx: np.ndarray) -> None:
         """BA after a loop correction: the newest corrected keyframes and the older ones that see the place.
 
@@ -666,9 +675,7 @@ class _Tracker:
         older = seg_kfs[: len(seg_kfs) - len(newest)]
         in_place = np.zeros(self.map.n, bool)
         in_place[target_idx] = True
-        seen = np.array([np.count_nonzero(in_place[self.keyframes[k].point_idx]) for k in older], int)
-        best = np.argsort(-seen, kind="stable")[: o.loop_ba_anchors]
-        anchors = sorted(older[i] for i in best if seen[i] > 0)
+        anchors = sorted(self._seeing_most(older, in_place, o.loop_ba_anchors))
         chosen = anchors + newest
         fixed = np.zeros(len(chosen), bool)
         fixed[: len(anchors)] = True
@@ -693,9 +700,7 @@ class _Tracker:
             in_window = np.zeros(self.map.n, bool)
             for k in window:
                 in_window[self.keyframes[k].point_idx] = True
-            rest = [k for k in older if k not in window]
-            seen = np.array([np.count_nonzero(in_window[self.keyframes[k].point_idx]) for k in rest], int)
-            anchors = [rest[i] for i in np.argsort(-seen, kind="stable")[: o.local_ba_anchors] if seen[i] > 0]
+            anchors = self._seeing_most([k for k in older if k not in window], in_window, o.local_ba_anchors)
         else:
             anchors = []
         chosen = sorted(anchors + window)
