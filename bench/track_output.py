@@ -3,9 +3,9 @@
     python -m bench.track_output --output OUTPUT --truth GROUND_TRUTH_DIR [--loop-frames 900]
         [--set KEY=VALUE ...]
 
-Reads the output's `features`, `videos`, `frames` and `hands_cam` tables (Delta's Parquet files, no
-Spark), builds tracking's input as the tracking stage does (`udfs.tracking.FEATURE_VIEW`: features,
-calibration, frame size, the hands' boxes that mask features) and runs `udfs.tracking.tracking_unit`
+Reads the output's `features`, `videos`, `frames` and `hands_cam` tables (the files their Delta logs
+hold live, no Spark), builds tracking's input as the tracking stage does (`udfs.tracking.FEATURE_VIEW`:
+features, calibration, frame size, the hands' boxes that mask features) and runs `udfs.tracking.tracking_unit`
 with the configuration (plus `--set`). Prints, against the truth's `world_from_cam.npy`, the tracked
 path's ATE after a Sim(3) fit and each lap fitted alone (`bench.long_video.lap_accuracy`), and the
 tracking CPU seconds. For one-episode outputs of `bench.long_video` (its WORK/out_<m>min and
@@ -20,6 +20,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 import pandas as pd
@@ -29,11 +30,27 @@ from bench.long_video import lap_accuracy
 
 
 def read_table(output: Path, name: str) -> pd.DataFrame:
-    """A table of `output` from its Parquet files (every file of the Delta folder: one run's output)."""
-    files = sorted((output / "tables" / name).rglob("*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"{output}: no table {name}")
-    return pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+    """A table of `output`: the Parquet files its Delta log holds live (every commit replayed, no Spark).
+
+    Files that a later overwrite removed stay in the folder until a vacuum, so the folder's Parquet files
+    alone would read a rerun stage's rows twice.
+    """
+    table = output / "tables" / name
+    commits = sorted((table / "_delta_log").glob("*.json"))
+    if not commits or commits[0].name != f"{0:020d}.json":
+        raise FileNotFoundError(f"{table}: no Delta log from version 0 (a checkpointed log is not read here)")
+    live: dict[str, dict[str, str]] = {}  # path -> partition values (not stored in the file)
+    for commit in commits:
+        for action in map(json.loads, commit.read_text(encoding="utf-8").splitlines()):
+            if "add" in action:
+                live[action["add"]["path"]] = action["add"].get("partitionValues") or {}
+            elif "remove" in action:
+                live.pop(action["remove"]["path"], None)
+    frames = []
+    for path, partition in live.items():
+        frame = pq.read_table(table / unquote(path)).to_pandas()
+        frames.append(frame.assign(**{k: v for k, v in partition.items() if k not in frame}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def feature_view(output: Path) -> pd.DataFrame:
