@@ -42,6 +42,7 @@ from types import ModuleType
 import av
 import cv2
 import numpy as np
+from numpy.typing import NDArray
 
 from pose_core.errors import InputError
 from udfs.media.forked import forked_items
@@ -289,8 +290,8 @@ def _decord_chunks(req: _Request, size_wh: tuple[int, int], rotation: int) -> It
     the video while the caller works, its frames held in memory (dmlc/decord#157, #208: a hands shard's
     8 s of work left 2.6 GB and half the shard's CPU in frames nobody asked for). So each window of the
     range (`opts.decord_window_mb` of frames, whole chunks) is decoded in one go, and `seek(0)` parks
-    the decoder before the window's chunks are handed out; the next window seeks back to its first
-    frame (from the keyframe before it).
+    the decoder before the window's chunks are handed out. Each window is read from the keyframe at or
+    before its first frame (`_lead_in`), never reached by decord's own skip.
     """
     source, start, opts, chunk = req.source, req.start, req.opts, req.chunk
     width, height = (size_wh[1], size_wh[0]) if rotation in (90, 270) else size_wh
@@ -303,7 +304,9 @@ def _decord_chunks(req: _Request, size_wh: tuple[int, int], rotation: int) -> It
     )
     stop = min(req.stop, len(reader))
     window = chunk * max(1, int(opts.decord_window_mb * 2**20 // (width * height * 3 * chunk)))
+    keyframes = np.asarray(reader.get_key_indices(), dtype=np.int64)
     for lo in range(start, stop, window):
+        _lead_in(reader, keyframes, lo, chunk)
         # The window's chunks back to back (decord's cost per frame is lowest in chunk-sized calls).
         decoded = []
         for first in range(lo, min(lo + window, stop), chunk):
@@ -315,6 +318,21 @@ def _decord_chunks(req: _Request, size_wh: tuple[int, int], rotation: int) -> It
             decoded.append(DecodedFrames(batch, np.asarray(idx, dtype=np.int64), ts, "decord"))
         reader.seek(0)
         yield from decoded
+
+
+def _lead_in(reader: decord.VideoReader, keyframes: NDArray[np.int64], frame: int, chunk: int) -> None:
+    """Leave `reader` at `frame` by decoding (and dropping) the frames from the keyframe before it.
+
+    decord reaches a frame after a keyframe by skipping decoded frames in a loop that gives up after a
+    fixed number of empty polls of its decoder thread, logs at INFO and carries on from wherever it is
+    (`VideoReader::SkipFramesImpl`): frames from the wrong place, no error. It happened on a 10-minute
+    640x480 H.264 file on every seek past ~50 frames after a keyframe (max pixel difference 255).
+    Reading on from the keyframe itself takes no skip: `get_batch` continues from the current frame.
+    """
+    before = keyframes[keyframes <= frame]
+    first = int(before[-1]) if len(before) else 0
+    for lo in range(first, frame, chunk):
+        reader.get_batch(list(range(lo, min(lo + chunk, frame))))
 
 
 def _sequence_chunks(req: _Request, folder: str) -> Iterator[DecodedFrames]:

@@ -161,6 +161,39 @@ class TestDecodeFrames:
         assert decoded.frames.shape[0] == 0 and decoded.ts_s.shape == (0,)
 
 
+class _GivingUpReader:
+    """decord's reader whose skip after a keyframe always gives up at once, as `SkipFramesImpl` does after
+    too many empty polls: a batch starting neither at the current frame nor at a keyframe gets the frames
+    from the keyframe before it."""
+
+    real = decode_module.decord.VideoReader
+    keyframe_reads = 0
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self._reader = self.real(*args, **kwargs)
+        self._keys = [int(k) for k in self._reader.get_key_indices()]
+        self._at = 0
+
+    def get_batch(self, idx: list[int]) -> object:
+        first = idx[0]
+        if first != self._at and first not in self._keys:
+            first = max(k for k in self._keys if k <= first)  # the skip gave up where it started
+        elif first != self._at:
+            type(self).keyframe_reads += 1
+        self._at = first + len(idx)
+        return self._reader.get_batch(list(range(first, first + len(idx))))
+
+    def seek(self, frame: int) -> None:
+        self._reader.seek(frame)
+        self._at = frame
+
+    def __len__(self) -> int:
+        return len(self._reader)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._reader, name)
+
+
 class TestIterFrames:
     @pytest.mark.parametrize("backend", ["decord", "pyav"])
     def test_chunks(self, root: Path, backend: str) -> None:
@@ -184,6 +217,25 @@ class TestIterFrames:
         for a, b in zip(chunks, whole, strict=True):
             np.testing.assert_array_equal(a.frames, b.frames)
             np.testing.assert_array_equal(a.ts_s, b.ts_s)
+
+    def test_decord_reads_on_from_keyframes(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """decord reaches a frame after a keyframe by a skip that can give up silently (it did on a
+        10-minute file: frames from the wrong place, no error). A reader whose skip always gives up at
+        the keyframe (`_GivingUpReader`) must still yield the right frames: windows start mid-GOP and
+        are parked between, and each is read on from its keyframe."""
+        path = tmp_path / "gops.mp4"
+        gops = EncodeOptions(gop_size=25, preset="ultrafast")
+        write_video(path, textured_frames(5, 120, 160, 120), 30.0, gops)
+        opts = replace(NATIVE["decord"], prefetch_chunks=0)
+        truth = decode_frames(str(path), 0, 120, opts).frames
+        frame_mb = 160 * 120 * 3 / 2**20
+        monkeypatch.setattr(decode_module.decord, "VideoReader", _GivingUpReader)
+        monkeypatch.setattr(_GivingUpReader, "keyframe_reads", 0)
+        windowed = replace(opts, decord_window_mb=frame_mb * 16)  # windows of two 8-frame chunks
+        chunks = list(iter_frames(str(path), 37, 110, windowed, chunk_frames=8))
+        np.testing.assert_array_equal(np.concatenate([c.frame_idx for c in chunks]), np.arange(37, 110))
+        np.testing.assert_array_equal(np.concatenate([c.frames for c in chunks]), truth[37:110])
+        assert _GivingUpReader.keyframe_reads > 1  # the windows after the first were read from keyframes
 
     def test_decord_does_no_work_while_the_caller_holds_a_chunk(self, tmp_path: Path) -> None:
         """decord's decoder thread decodes on, unasked, after a batch (dmlc/decord#157): the reader is
