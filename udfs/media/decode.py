@@ -23,7 +23,8 @@ Convention:
       (`udfs.media.forked`), which decodes ahead the same way and is killed when a chunk takes longer:
       a hung decoder (native code, a file that blocks on open) costs the unit, not the task.
     - decord decodes a window of `decord_window_mb` at a time and is parked between windows: its
-      decoder thread would otherwise decode on to the end of the video while the caller works.
+      decoder thread would otherwise decode on to the end of the video while the caller works. Each
+      window is read on from the keyframe before it: decord's own skip can silently land elsewhere.
 """
 
 from __future__ import annotations
