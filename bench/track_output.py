@@ -55,23 +55,15 @@ def read_table(output: Path, name: str) -> pd.DataFrame:
 
 def feature_view(output: Path) -> pd.DataFrame:
     """Tracking's input rows (`FEATURE_VIEW`) of the output's one episode, in frame order."""
-    from udfs.tracking import FEATURE_VIEW
+    from udfs.tracking import FEATURE_VIEW, feature_view_of
 
-    feats = read_table(output, "features")
-    calib = read_table(output, "videos")[["episode_id", "calibration_json"]]
-    frames = read_table(output, "frames")
-    size = frames.groupby("episode_id", as_index=False).agg(width=("width", "max"), height=("height", "max"))
-    view = feats.merge(calib, on="episode_id", how="left").merge(size, on="episode_id", how="left")
-    hands = read_table(output, "hands_cam")
-    hands = hands[hands["box_px"].notna()]
-    boxes = hands.groupby(["episode_id", "frame_idx"])["box_px"].agg(
-        lambda b: np.concatenate(list(b)).astype(np.float32)
-    )
-    boxes = boxes.rename("hand_boxes_px").reset_index()
-    view = view.merge(boxes, on=["episode_id", "frame_idx"], how="left")
-    view["hand_boxes_px"] = view["hand_boxes_px"].astype(object).where(view["hand_boxes_px"].notna(), None)
-    if view["episode_id"].nunique() != 1:
-        raise ValueError(f"{output}: one episode expected, found {view['episode_id'].nunique()}")
+    videos = read_table(output, "videos")
+    if len(videos) != 1:
+        raise ValueError(f"{output}: one episode expected, found {len(videos)}")
+    view = feature_view_of(
+        read_table(output, "features"), read_table(output, "frames"), read_table(output, "hands_cam"),
+        videos["calibration_json"].iloc[0],
+    )  # fmt: skip
     return view[list(FEATURE_VIEW.columns)].sort_values("frame_idx").reset_index(drop=True)
 
 

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 
 from pose_core.camera_poses.completion import CompletionOptions
@@ -34,6 +33,7 @@ from udfs.tracking import (
     TRACKING_OUTPUTS,
     ba_unit,
     completion_unit,
+    feature_view_of,
     tracking_unit,
 )
 
@@ -129,17 +129,7 @@ def episode_tables(
         with timed("hands"):
             hands.append(hands_unit(shard))
     frames, features, hands = (pd.concat(x, ignore_index=True) for x in (frames, features, hands))
-    boxes = (
-        hands.dropna(subset=["box_px"])
-        .groupby("frame_idx")["box_px"]
-        .agg(lambda b: np.concatenate(list(b)).astype(np.float32))
-    )
-    view = features.assign(
-        calibration_json=calibration_json,
-        width=np.int32(frames["width"].max()),
-        height=np.int32(frames["height"].max()),
-        hand_boxes_px=[b if isinstance(b, np.ndarray) else None for b in features["frame_idx"].map(boxes)],
-    )
+    view = feature_view_of(features, frames, hands, calibration_json)
     opts, copts = CameraTrackingOptions(), completion or CompletionOptions()
     with timed("tracking"):
         tables = split_tables(tracking_unit(view, opts), TRACKING_OUTPUTS)

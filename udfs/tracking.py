@@ -57,6 +57,7 @@ __all__ = [
     "ba_unit",
     "completion_unit",
     "episode_features",
+    "feature_view_of",
     "tracking_unit",
 ]
 
@@ -93,6 +94,28 @@ COMPLETION_INPUTS: tuple[TableSchema, ...] = (
     MAP_POINTS,
     BA_POINTS,
 )
+
+
+def feature_view_of(
+    features: pd.DataFrame, frames: pd.DataFrame, hands_cam: pd.DataFrame, calibration_json: str | None
+) -> pd.DataFrame:
+    """One episode's `FEATURE_VIEW` columns from its tables' rows, as the tracking stage joins them in Spark.
+
+    The frame size is the largest decoded one; a frame's hand boxes are all its `hands_cam` boxes, flat
+    (None where it has none): the pandas twin of `jobs.camera_poses`' view, for Spark-free runs.
+    Returns `features` (row order kept) with `calibration_json`, `width`, `height` and `hand_boxes_px`.
+    """
+    boxes = (
+        hands_cam.dropna(subset=["box_px"])
+        .groupby("frame_idx")["box_px"]
+        .agg(lambda b: np.concatenate(list(b)).astype(np.float32))
+    )
+    return features.assign(
+        calibration_json=calibration_json,
+        width=np.int32(frames["width"].max()),
+        height=np.int32(frames["height"].max()),
+        hand_boxes_px=[b if isinstance(b, np.ndarray) else None for b in features["frame_idx"].map(boxes)],
+    )
 
 
 def episode_features(view: pd.DataFrame, link_max_px: float, hand_margin_px: float) -> list[FrameFeatures]:
