@@ -583,9 +583,9 @@ class _Tracker:
         if match is None:
             return
         done = apply_place_match(self.atlas, match, self.segment, feat.frame_idx, o.loop)
-        if done is not None and done.joined_to == done.segment:
-            self._loop_ba(match.target_idx)
         if done is not None:
+            if done.joined_to == done.segment:  # a loop within the map (not two maps joined)
+                self._loop_ba(match.target_idx)
             self.joins.append(done)
             self.segment = min(self.segment, match.target)
         seen = match.localisation.point_idx
