@@ -241,9 +241,14 @@ class QAOptions:
     # Limits of the quality flags; an episode passes when none is exceeded.
     thresholds: QAThresholds = field(default_factory=QAThresholds)
     # At most this many video frames are embedded in an episode page (evenly spaced; every frame
-    # when the episode is shorter); the slider still steps through every frame. The page is
-    # plotly.js (~4.6 MB) plus these frames (base64 JPEG).
+    # when the episode is shorter); the slider steps through every frame (up to `max_page_points`). The
+    # page is plotly.js (~4.6 MB) plus these frames (base64 JPEG) plus the frames' data.
     max_page_frames: int = 300
+    # At most this many frames' data in an episode page: a longer episode's page cursor steps over this
+    # many frames spread evenly, its paths go through them and its timelines show each stretch's lowest
+    # and highest values, so a page stays a few MB whatever the length (every frame of 10 minutes was
+    # 67 MB). At 30 fps the default keeps every frame of episodes up to 100 s.
+    max_page_points: int = 3000
     # Long side of the embedded frames and of the overlay video, pixels.
     page_image_px: int = 400
     # JPEG quality of the embedded frames, 1..100 (400 px at 60: ~25-35 KB a frame on textured scenes).
@@ -264,10 +269,10 @@ class QAOptions:
     overlay_video: bool = True
 
     def __post_init__(self) -> None:
-        if self.max_page_frames < 1 or self.page_image_px < 32 or not 1 <= self.jpeg_quality <= 100:
-            raise ValueError(
-                "qa: max_page_frames >= 1, page_image_px >= 32 and jpeg_quality in 1..100 needed"
-            )
+        if (self.max_page_frames < 1 or self.max_page_points < 20 or self.page_image_px < 32
+                or not 1 <= self.jpeg_quality <= 100):
+            raise ValueError("qa: max_page_frames >= 1, max_page_points >= 20, page_image_px >= 32 and "
+                             "jpeg_quality in 1..100 needed")
         if (self.frustum_every_s <= 0 or self.wrist_horizon_s <= 0 or self.max_scene_points < 0
                 or self.scene_points_max_distance < 0):
             raise ValueError("qa: frustum_every_s and wrist_horizon_s must be > 0, max_scene_points and "

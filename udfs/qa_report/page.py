@@ -6,6 +6,12 @@
   robot arm as a stick figure from forward kinematics beside the hand it follows, and its tool path);
 - timeline: plotly subplots of the per-frame diagnostics, a vertical cursor line and event strips.
 
+A page holds at most `max_points` frames' data whatever the episode's length (an hour at 30 fps is
+108,000 frames; every frame's keypoints made a 10-minute page 67 MB): the cursor steps over at most that
+many frames spread evenly, the paths are drawn through them, and each timeline series is cut into
+stretches drawn by their lowest and highest values, so no spike is lost. A shorter episode's page holds
+every frame.
+
 plotly.js is embedded once (no network); a small script moves all three views on slider input,
 keyboard arrows or a click on the timeline (`Plotly.restyle` / `Plotly.relayout`).
 """
@@ -29,7 +35,7 @@ from pose_core.qa import QAResult
 from udfs.media.overlay import HAND_BONES, identity_colour
 from udfs.qa_report.episode import EpisodeView
 
-__all__ = ["PageMedia", "episode_page"]
+__all__ = ["PageMedia", "episode_page", "spread"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +79,52 @@ def _js(values: NDArray[np.float64] | list, digits: int = 4) -> list:
     return obj.tolist()
 
 
+def spread(n: int, count: int) -> NDArray[np.int64]:
+    """At most `count` of the positions 0..n-1, evenly spread, first and last included (all if n <= count)."""
+    if n <= count:
+        return np.arange(n, dtype=np.int64)
+    return np.unique(np.linspace(0, n - 1, count).round().astype(np.int64))
+
+
+def _stretches(n: int, count: int) -> NDArray[np.int64]:
+    """Edges `(count + 1,)` of `count` contiguous stretches of 0..n-1."""
+    return np.linspace(0, n, count + 1).round().astype(np.int64)
+
+
+def _envelope(
+    x: NDArray[np.int64], y: NDArray[np.float64], count: int
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """A series `(F,)` as at most `2 * count` points: per stretch its lowest and highest value, in order.
+
+    A stretch without a value gives one NaN (a gap in the line). Unchanged when F <= 2 * count.
+    """
+    y = np.asarray(y, np.float64)
+    if len(y) <= 2 * count:
+        return x, y
+    at: list[int] = []
+    gaps: list[int] = []
+    edges = _stretches(len(y), count)
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        part = y[a:b]
+        if np.isnan(part).all():
+            gaps.append(len(at))
+            at.append(int(a))
+            continue
+        at.extend(sorted({a + int(np.nanargmin(part)), a + int(np.nanargmax(part))}))
+    values = y[at]
+    values[gaps] = np.nan
+    return x[at], values
+
+
+def _marks(x: NDArray[np.int64], mask: NDArray[np.bool_], count: int) -> NDArray[np.int64]:
+    """`x` where `mask` holds; with more than `2 * count` frames, only the first such frame per stretch."""
+    hit = np.flatnonzero(mask)
+    if len(mask) <= 2 * count or len(hit) == 0:
+        return x[hit]
+    stretch = np.searchsorted(_stretches(len(mask), count), hit, side="right")
+    return x[hit[np.r_[True, np.diff(stretch) != 0]]]
+
+
 def _frustum_corners(view: EpisodeView, camera: Camera | None, size: float) -> NDArray[np.float64]:
     """Per frame the camera centre and 4 image-corner rays at depth `size`, world, `(F, 5, 3)`.
 
@@ -95,9 +147,13 @@ def _frustum_lines(corners: NDArray[np.float64]) -> NDArray[np.float64]:
     return np.array([corners[i] if i >= 0 else np.full(3, np.nan) for i in order])
 
 
-def _world_figure(view: EpisodeView, media: PageMedia, corners: NDArray[np.float64], every: int) -> go.Figure:
-    """Static traces plus cursor traces (frustum, then per identity skeleton and future path)."""
-    centre = view.world_from_cam[:, :3, 3]
+def _world_figure(view: EpisodeView, media: PageMedia, corners: NDArray[np.float64], every: int,
+                  cursor: NDArray[np.int64]) -> go.Figure:  # fmt: skip
+    """Static traces (paths through the `cursor` frames), then the cursor's traces.
+
+    The cursor's: its frustum, then per identity its skeleton and future path, then the arms.
+    """
+    centre = view.world_from_cam[cursor, :3, 3]
     fig = go.Figure()
     if len(media.points):
         p = media.points
@@ -117,7 +173,7 @@ def _world_figure(view: EpisodeView, media: PageMedia, corners: NDArray[np.float
         mode="lines",
         name="camera path",
         line={"color": "#333", "width": 3},
-        text=view.frames["frame_idx"].astype(str),
+        text=view.frames["frame_idx"].iloc[cursor].astype(str),
         hovertemplate="frame %{text}<extra>camera</extra>",
     )
     sampled = [_frustum_lines(c) for c in corners[::every] if np.isfinite(c).all()]
@@ -133,7 +189,7 @@ def _world_figure(view: EpisodeView, media: PageMedia, corners: NDArray[np.float
             hoverinfo="skip",
         )
     for identity, hand in view.hands.items():
-        w = hand.keypoints_world[:, 0]
+        w = hand.keypoints_world[cursor, 0]
         fig.add_scatter3d(
             x=w[:, 0],
             y=w[:, 1],
@@ -145,7 +201,7 @@ def _world_figure(view: EpisodeView, media: PageMedia, corners: NDArray[np.float
             hoverinfo="skip",
         )
     for key, sticks in media.arms.items():
-        tool = sticks[:, -1]
+        tool = sticks[cursor, -1]
         fig.add_scatter3d(
             x=tool[:, 0],
             y=tool[:, 1],
@@ -218,7 +274,11 @@ def _events(view: EpisodeView, result: QAResult) -> list[tuple[str, NDArray[np.b
     return [e for e in out if e[1].any()]
 
 
-def _timeline_figure(view: EpisodeView, result: QAResult, actions: pd.DataFrame) -> go.Figure:
+def _timeline_figure(view: EpisodeView, result: QAResult, actions: pd.DataFrame, stretches: int) -> go.Figure:
+    """Per-frame diagnostics, event strips and actions.
+
+    A series of more than `2 * stretches` frames is drawn by its stretches' extremes (`_envelope`, `_marks`).
+    """
     f = view.frames
     x = f["frame_idx"].to_numpy()
     fig = make_subplots(
@@ -229,31 +289,19 @@ def _timeline_figure(view: EpisodeView, result: QAResult, actions: pd.DataFrame)
         row_heights=[0.2, 0.2, 0.2, 0.4],
         subplot_titles=("reprojection error (px)", "inliers", "hand score", None),
     )
-    fig.add_scatter(
-        x=x,
-        y=f["reproj_error_px"],
-        mode="lines",
-        name="reprojection error",
-        row=1,
-        col=1,
-        line={"color": "#36c"},
-        showlegend=False,
-    )
-    fig.add_scatter(
-        x=x,
-        y=f["num_inliers"],
-        mode="lines",
-        name="inliers",
-        row=2,
-        col=1,
-        line={"color": "#393"},
-        showlegend=False,
-    )
+    for row, (name, column, colour) in enumerate(
+        (("reprojection error", "reproj_error_px", "#36c"), ("inliers", "num_inliers", "#393")), start=1
+    ):
+        ex, ey = _envelope(x, f[column].to_numpy(np.float64), stretches)
+        fig.add_scatter(
+            x=ex, y=ey, mode="lines", name=name, row=row, col=1, line={"color": colour}, showlegend=False
+        )
     for identity, hand in view.hands.items():
         colour = _rgb(identity)
+        ex, ey = _envelope(x, hand.score, stretches)
         fig.add_scatter(
-            x=x,
-            y=hand.score,
+            x=ex,
+            y=ey,
             mode="lines+markers",
             name=identity,
             row=3,
@@ -262,9 +310,10 @@ def _timeline_figure(view: EpisodeView, result: QAResult, actions: pd.DataFrame)
             marker={"size": 3},
         )
     for label, mask, colour in _events(view, result):
+        at = _marks(x, mask, stretches)
         fig.add_scatter(
-            x=x[mask],
-            y=[label] * int(mask.sum()),
+            x=at,
+            y=[label] * len(at),
             mode="markers",
             row=4,
             col=1,
@@ -273,19 +322,23 @@ def _timeline_figure(view: EpisodeView, result: QAResult, actions: pd.DataFrame)
             name=label,
             hovertemplate="frame %{x}<extra>%{y}</extra>",
         )
-    for row in actions.itertuples():
-        label = f"{row.identity} action"
+    for identity, rows in actions.groupby("identity", sort=True):
+        label = f"{identity} action"  # one trace per identity: an hour holds thousands of actions
+        xs, texts = [], []
+        for r in rows.itertuples():
+            xs += [r.frame_start, r.frame_stop - 1, None]
+            texts += [r.label, "", ""]
         fig.add_scatter(
-            x=[row.frame_start, row.frame_stop - 1],
-            y=[label, label],
+            x=xs,
+            y=[None if v is None else label for v in xs],
             mode="lines+text",
             row=4,
             col=1,
-            text=[row.label, ""],
+            text=texts,
             textposition="top right",
             showlegend=False,
-            name=row.label,
-            line={"width": 6, "color": _rgb(row.identity)},
+            name=label,
+            line={"width": 6, "color": _rgb(str(identity))},
         )
     first = int(x[0]) if len(x) else 0
     fig.add_shape(
@@ -316,7 +369,8 @@ def _figures_html(world: go.Figure, timeline: go.Figure) -> tuple[str, str]:
     return a, b
 
 
-def _summary_html(view: EpisodeView, result: QAResult) -> str:
+def _summary_html(view: EpisodeView, result: QAResult, cursor_frames: int) -> str:
+    stepped = f" (the views step over {cursor_frames} of them)" if cursor_frames < len(view.frames) else ""
     status = "PASS" if result.passed else "FAIL"
     reasons = "".join(
         f"<li><b>{html.escape(c)}</b>: {html.escape(r)}</li>"
@@ -329,7 +383,7 @@ def _summary_html(view: EpisodeView, result: QAResult) -> str:
     return (
         f"<h1>episode {html.escape(view.episode_id)} "
         f'<span class="badge {status.lower()}">{status}</span></h1>'
-        f'<p><a href="../index.html">all episodes</a> · {len(view.frames)} frames · '
+        f'<p><a href="../index.html">all episodes</a> · {len(view.frames)} frames{stepped} · '
         f"hands: {html.escape(', '.join(view.hands) or 'none')}</p>"
         f"<ul class=reasons>{reasons}</ul>"
         f"<details><summary>key figures</summary><table>{figures}</table></details>"
@@ -387,8 +441,8 @@ function update(i){
 slider.addEventListener('input', e => update(+e.target.value));
 document.addEventListener('keydown', e => { if(e.target===slider) return;  // the slider steps itself
   if(e.key==='ArrowRight') update(+slider.value+1); if(e.key==='ArrowLeft') update(+slider.value-1); });
-timeline.on('plotly_click', e => { const f = e.points[0].x; const i = D.frame_idx.indexOf(Math.round(f));
-  if(i>=0) update(i); });
+timeline.on('plotly_click', e => { const f = e.points[0].x; let i = 0;  // the cursor frame at or before
+  while(i + 1 < D.n && D.frame_idx[i + 1] <= f) i++; update(i); });
 window.qaSetFrame = update;
 update(0);
 })();
@@ -396,53 +450,58 @@ update(0);
 
 
 def episode_page(view: EpisodeView, result: QAResult, media: PageMedia, frustum_every: int, size: float,
-                 horizon: int) -> str:  # fmt: skip
+                 horizon: int, max_points: int) -> str:  # fmt: skip
     """The page's HTML text.
 
     Args:
         view: the episode frame by frame.
         result: its quality verdict.
         media: overlay JPEGs, scene points, intrinsics, actions.
-        frustum_every: draw a static frustum every this many frames.
+        frustum_every: draw a static frustum every this many frames (at most `max_points // 10` of them).
         size: frustum depth, map units.
         horizon: frames in the wrists' future path.
+        max_points: most frames the page holds (module docstring).
     """
     n = len(view.frames)
+    cursor = spread(n, max_points)
+    every = max(1, frustum_every, -(-n // max(1, max_points // 10)))
     corners = _frustum_corners(view, media.camera, size)
-    world = _world_figure(view, media, corners, max(1, frustum_every))
+    world = _world_figure(view, media, corners, every, cursor)
     first_cursor = len(world.data) - 1 - 2 * len(view.hands) - len(media.arms)
-    timeline = _timeline_figure(view, result, media.actions)
+    timeline = _timeline_figure(view, result, media.actions, max(1, max_points // 2))
     world_html, timeline_html = _figures_html(world, timeline)
-    image_of_frame = np.searchsorted(media.jpeg_frame, np.arange(n), side="right") - 1
+    image_of_frame = np.searchsorted(media.jpeg_frame, cursor, side="right") - 1
+    step = (n - 1) / (len(cursor) - 1) if len(cursor) > 1 else 1.0
     data = {
-        "n": n,
-        "frame_idx": view.frames["frame_idx"].astype(int).tolist(),
-        "ts": _js(view.frames["ts_s"].to_numpy(), 3),
+        "n": len(cursor),
+        "frame_idx": view.frames["frame_idx"].iloc[cursor].astype(int).tolist(),
+        "ts": _js(view.frames["ts_s"].to_numpy()[cursor], 3),
         "images": [base64.b64encode(j).decode("ascii") for j in media.jpegs],
         "image_of_frame": np.clip(image_of_frame, 0, None).tolist(),
         "frustum": [
-            c if np.isfinite(np.asarray(c, float)).all() else None for c in _js(corners.reshape(n, 15))
+            c if np.isfinite(np.asarray(c, float)).all() else None
+            for c in _js(corners[cursor].reshape(len(cursor), 15))
         ],
         "identities": list(view.hands),
         "hands": {
-            k: [None if not np.isfinite(kp).all() else _js(kp.ravel()) for kp in h.keypoints_world]
+            k: [None if not np.isfinite(kp).all() else _js(kp.ravel()) for kp in h.keypoints_world[cursor]]
             for k, h in view.hands.items()
         },  # fmt: skip
         "bones": [list(b) for b in HAND_BONES],
         "arm_keys": list(media.arms),
         "arms": {
-            k: [None if not np.isfinite(p).all() else _js(p.ravel()) for p in sticks]
+            k: [None if not np.isfinite(p).all() else _js(p.ravel()) for p in sticks[cursor]]
             for k, sticks in media.arms.items()
         },
-        "horizon": int(horizon),
+        "horizon": round(horizon / step),  # in cursor steps
         "cursor_traces": list(range(first_cursor, len(world.data))),
     }
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>QA {html.escape(view.episode_id)}</title><style>{_STYLE}</style></head><body>"
-        f"{_summary_html(view, result)}"
-        f"<div id=cursor><input id=slider type=range min=0 max={max(0, n - 1)} value=0>"
+        f"{_summary_html(view, result, len(cursor))}"
+        f"<div id=cursor><input id=slider type=range min=0 max={max(0, len(cursor) - 1)} value=0>"
         "<span id=frame-label></span></div>"
         "<div id=grid><div id=camera><img id=frame-img alt='camera view'></div>"
         f"<div id=world-box>{world_html}</div>"

@@ -40,7 +40,7 @@ from udfs.media.overlay import draw_hands, draw_status, project_world_points
 from udfs.multi_output import split_tables
 from udfs.options import DecodeOptions, QAOptions
 from udfs.qa_report.episode import WEARER, EpisodeView, arm_sticks, episode_signals, episode_view
-from udfs.qa_report.page import PageMedia, episode_page
+from udfs.qa_report.page import PageMedia, episode_page, spread
 
 __all__ = ["PAGE_NAME", "QA_INPUTS", "ROBOT_INPUT", "qa_row", "qa_unit"]
 
@@ -155,7 +155,7 @@ def _render(
 ) -> PageMedia:
     """Decode, draw, write overlay.mp4 and thumb.jpg; return the page's media."""
     n = len(view.frames)
-    wanted = set(np.unique(np.linspace(0, n - 1, min(n, opts.max_page_frames)).round().astype(int)).tolist())
+    wanted = set(spread(n, opts.max_page_frames).tolist())
     jpegs, jpeg_frame = [], []
     writer = VideoWriter(os.path.join(folder, "overlay.mp4"), fps) if opts.overlay_video else None
     try:
@@ -244,6 +244,7 @@ def qa_unit(stacked: pd.DataFrame, opts: QAOptions, qa_root: str) -> pd.DataFram
         frustum_every=round(opts.frustum_every_s / dt),
         size=opts.frustum_size * extent,
         horizon=round(opts.wrist_horizon_s / dt),
+        max_points=opts.max_page_points,
     )
     path = os.path.join(folder, PAGE_NAME)
     with open(path, "w", encoding="utf-8") as fh:

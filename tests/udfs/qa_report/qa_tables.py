@@ -159,16 +159,22 @@ def inject_identity_switch(t: dict[str, pd.DataFrame], frame: int) -> None:
     )
 
 
-def write_qa_pages(qa_root: str, video_folder: str, frames: int = 45) -> pd.DataFrame:
+def write_qa_pages(
+    qa_root: str, video_folder: str, frames: int = 45, max_page_points: int = 3000
+) -> pd.DataFrame:
     """A faulty episode (scale jump at frame 25) through `qa_unit` into `qa_root`, plus the batch index
-    `qa_root/index.html`, without Spark: the pages the qa stage writes. Returns the `qa` row."""
+    `qa_root/index.html`, without Spark: the pages the qa stage writes. Returns the `qa` row.
+
+    `max_page_points` below `frames` gives the page of a long episode (`QAOptions.max_page_points`).
+    """
     from udfs.multi_output import stack_tables
     from udfs.options import QAOptions
     from udfs.qa_report import QA_INPUTS, index_page, qa_unit
 
     tables, _ = synth_tables(video_folder, frames)
     inject_scale_jump(tables, 25, 3.0)
-    row = qa_unit(stack_tables([(s, tables[s.name]) for s in QA_INPUTS]), QAOptions(), qa_root)
+    opts = QAOptions(max_page_points=max_page_points)
+    row = qa_unit(stack_tables([(s, tables[s.name]) for s in QA_INPUTS]), opts, qa_root)
     episodes = row.assign(source_path=tables["videos"]["source_path"].iat[0], unchecked=None)
     quarantine = tables["videos"].iloc[:0].reindex(columns=["source_path", "reason_code", "message"])
     with open(os.path.join(qa_root, "index.html"), "w", encoding="utf-8") as fh:
