@@ -85,6 +85,13 @@ class MediaPipeOptions:
     # at least twice its area is a part of that hand (the palm detector also fires on curled fingers,
     # which the landmark model then takes for a small hand) and is dropped.
     part_cover: float = 0.6
+    # A hand whose keypoint box's long side is shorter than this fraction of the frame's short side is
+    # dropped (0 keeps all): a wearer's hand at arm's length is several times larger under any
+    # first-person field of view (0.18 m at 1 m with a 120-degree lens: 0.17 of a 4:3 frame's short
+    # side), the landmark model's keypoints on a region upsampled that much are guesses, and the palm
+    # detector's smallest detections are mostly texture (a 24x22 px "hand" on a 640x480 background
+    # took a tracking slot from the wearer's hand).
+    min_hand_side: float = 0.06
     # The landmark model's handedness assumes a mirrored (selfie) image; True for such input.
     mirrored_input: bool = False
     # Which runtime runs the networks: "litert" (the LiteRT interpreter, CPU), "torch" (the same
@@ -140,6 +147,10 @@ class MediaPipeOptions:
             raise ValueError(
                 "hands.estimator.mediapipe: need 0 <= min_tracking_presence <= min_presence_score <= 1, got "
                 f"{self.min_tracking_presence}, {self.min_presence_score}"
+            )
+        if not 0 <= self.min_hand_side < 1:
+            raise ValueError(
+                f"hands.estimator.mediapipe.min_hand_side must be in [0, 1), got {self.min_hand_side}"
             )
         presence_ok = 0 <= self.edge_region_presence <= 1
         if self.edge_region_count < 0 or self.edge_region_side <= 0 or not presence_ok:
@@ -375,23 +386,25 @@ class MediaPipeHandEstimator:
         hands: list[list[HandObservation]],
         sources: list[list[_Tracked | None]],
     ) -> None:
-        """Per image, run the landmark model in each candidate region; keep new, present, non-duplicate hands.
+        """Per image, run the landmark model in each candidate region and keep the hands that pass.
 
-        Kept hands and their origins are appended to `hands[i]` and `sources[i]`, in candidate order,
-        until `max_num_hands`. A kept hand that is a part of a new one (see `part_cover`) gives way to it.
+        A hand passes when present (its candidate's threshold), at least `min_hand_side` and new. Kept
+        hands and their origins are appended to `hands[i]` and `sources[i]`, in candidate order, until
+        `max_num_hands`. A kept hand that is a part of a new one (see `part_cover`) gives way to it.
         The landmark model runs on every candidate of every image in one batch (and once more for the
         second passes), so a candidate after the last kept hand costs a crop it did not need.
         """
         looks = self._looks(images, candidates)
-        for image_hands, image_sources, image_candidates, image_looks in zip(
-            hands, sources, candidates, looks, strict=True
+        for image, image_hands, image_sources, image_candidates, image_looks in zip(
+            images, hands, sources, candidates, looks, strict=True
         ):
+            min_side = self.opts.min_hand_side * min(image.shape[:2])
             for (_, min_presence, origin), hand in zip(image_candidates, image_looks, strict=True):
                 if len(image_hands) >= self.opts.max_num_hands:
                     break
-                if hand.score < min_presence:
-                    continue
                 box = _box(hand.keypoints_px)
+                if hand.score < min_presence or max(box[2] - box[0], box[3] - box[1]) < min_side:
+                    continue
                 others = [_box(other.keypoints_px) for other in image_hands]
                 dup, cover = self.opts.duplicate_iou, self.opts.part_cover
                 if any(_box_iou(box, other) > dup or _is_part(box, other, cover) for other in others):

@@ -101,6 +101,26 @@ def test_real_video_hand_found_in_95_percent(tmp_path):
     assert mask.sum() == inside and 0.02 < mask.mean() < 0.3
 
 
+def test_hands_smaller_than_min_hand_side_are_dropped():
+    """HaMeR's photo of two people's right hands shrunk into the corner of a 960x720 frame: at 120 px the
+    hands are ~5 % of the frame's short side (a bystander's, never the wearer's) and only found with the
+    size limit off; at 250 px (~10 %) the default keeps both."""
+    photo = _rgb(HAMER / "test1.jpg")
+
+    def sizes(height: int, min_hand_side: float) -> list[float]:
+        frame = np.zeros((720, 960, 3), np.uint8)
+        width = photo.shape[1] * height // photo.shape[0]
+        small = cv2.resize(photo, (width, height), interpolation=cv2.INTER_AREA)
+        frame[710 - height : 710, 20 : 20 + small.shape[1]] = small[:, :940]
+        est = _estimator(MediaPipeOptions(mode="image", min_hand_side=min_hand_side))
+        found = est.estimate(frame[None], np.eye(3))[0]
+        return [float(np.ptp(h.keypoints_px, axis=0).max()) / 720 for h in found]
+
+    assert [round(s, 2) for s in sizes(120, 0.0)] == [0.05, 0.05]
+    assert sizes(120, MediaPipeOptions().min_hand_side) == []
+    assert len(sizes(250, MediaPipeOptions().min_hand_side)) == 2
+
+
 def test_a_hand_cut_by_the_bottom_edge_without_its_palm_is_found_by_the_edge_regions():
     """egoloc cut to its top 62 % (a camera tilted up): the left hand shows only its fingers and the
     back of the hand at the bottom edge (frames 150-179), which the palm detector never finds."""
