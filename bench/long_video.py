@@ -11,7 +11,8 @@ an `egolake run --stages STAGE` of its own (its own JVM: its peaks are its own),
 
 Per stage it records the wall time, the CPU time of the whole process tree (driver, JVM, Python
 workers; `process_tree.py`), and the peak resident memory (RSS) of the JVM, of the largest Python
-worker and of all Python workers together, sampled from /proc every 0.2 s. Per length: every frame's
+worker and of all Python workers together, sampled from /proc every 0.2 s. Per length: the hands found
+against the generator's hands in view (`hand_recall`), `other_N` identities and QA's verdict; every frame's
 camera pose against the ground truth (ATE after a Sim(3) fit, every frame counted) and frames per
 CPU-second over the whole pipeline, both of the process trees and of the stages' units alone (`runs.cpu_s`:
 without the JVM starts and Spark's fixed cost per stage, which long footage amortises). A stage that
@@ -123,6 +124,63 @@ def camera_accuracy(out: Path, truth: Path, loop_frames: int) -> dict[str, Any]:
             **lap_accuracy(est, gt, loop_frames)}  # fmt: skip
 
 
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of box ``a`` ``(4,)`` with each of ``b`` ``(K, 4)``, boxes as x0, y0, x1, y1."""
+    wh = np.clip(np.minimum(a[2:], b[:, 2:]) - np.maximum(a[:2], b[:, :2]), 0.0, None)
+    inter = wh[:, 0] * wh[:, 1]
+    union = np.prod(a[2:] - a[:2]) + np.prod(b[:, 2:] - b[:, :2], axis=1) - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
+
+
+def hand_recall(
+    found: dict[int, np.ndarray], hands_px: np.ndarray, visible: np.ndarray, size_wh: tuple[int, int],
+    min_iou: float = 0.3,
+) -> dict[str, int]:
+    """The generator's visible hands against the hands found, frame by frame.
+
+    Args:
+        found: frame -> boxes of the hands found there `(K, 4)`, pixels.
+        hands_px: true keypoints `(F, 2, 21, 2)` (NaN behind the camera); a hand's true box is theirs,
+            clipped to the image.
+        visible: `(F, 2)` the generator's "hand in view".
+        size_wh: image width and height, pixels.
+        min_iou: a true hand is found when a found box, not matched to the frame's other hand, overlaps
+            its box by at least this.
+
+    Returns:
+        ``visible``, ``found`` (true hands found) and ``unmatched`` (found boxes matching no true hand).
+    """
+    limit = np.array([*size_wh, *size_wh], np.float64)
+    counts = {"visible": 0, "found": 0, "unmatched": 0}
+    for f in range(len(hands_px)):
+        boxes = found.get(f, np.empty((0, 4)))
+        free = np.ones(len(boxes), bool)
+        for slot in np.flatnonzero(visible[f]):
+            points = hands_px[f, slot][np.isfinite(hands_px[f, slot]).all(axis=1)]
+            if len(points) == 0:
+                continue
+            counts["visible"] += 1
+            truth = np.clip(np.r_[points.min(axis=0), points.max(axis=0)], 0.0, limit)
+            iou = np.where(free, box_iou(truth, boxes), 0.0) if len(boxes) else np.zeros(0)
+            if len(iou) and iou.max() >= min_iou:
+                counts["found"] += 1
+                free[int(np.argmax(iou))] = False
+        counts["unmatched"] += int(free.sum())
+    return counts
+
+
+def hands_and_qa(out: Path, truth: Path) -> dict[str, Any]:
+    """The hands stage against the generator's hands (`hand_recall`), fusion's identities, QA's verdict."""
+    rows = _query(out, "SELECT frame_idx, box_px, image_width, image_height FROM hands_cam")
+    found = {int(f): np.stack(g["box_px"].map(np.asarray)) for f, g in rows.groupby("frame_idx")}
+    size = (int(rows["image_width"].iat[0]), int(rows["image_height"].iat[0])) if len(rows) else (1, 1)
+    recall = hand_recall(found, np.load(truth / "hands_px.npy"), np.load(truth / "hand_visible.npy"), size)
+    others = _query(out, "SELECT count(DISTINCT identity) AS n FROM hands_world WHERE identity LIKE 'other%'")
+    qa = _query(out, "SELECT passed, identity_switches FROM qa")
+    return {**recall, "other_identities": int(others["n"].iat[0]), "qa_passed": bool(qa["passed"].all()),
+            "identity_switches": int(qa["identity_switches"].sum())}  # fmt: skip
+
+
 def lap_accuracy(est: np.ndarray, gt: np.ndarray, loop_frames: int) -> dict[str, Any]:
     """Each lap of ``loop_frames`` poses ``(F, 4, 4)`` fitted alone (Sim(3)) against the truth ``(F, 4, 4)``.
 
@@ -184,6 +242,7 @@ def bench_length(
         result["unit_cpu_s"] = dict(zip(units["stage"], units["cpu_s"].astype(float), strict=True))
         result["frames_per_unit_cpu_s"] = frames / sum(result["unit_cpu_s"].values())
         result["camera"] = camera_accuracy(out, truth, loop_frames)
+        result["hands"] = hands_and_qa(out, truth)
     return result
 
 
@@ -238,6 +297,27 @@ def _markdown(results: list[dict[str, Any]], meta: dict[str, str], settings: lis
             f"{cam['ate_pct_of_path']:.2f} | {cam['path_m']:.1f} | {_worst_lap(cam)} | {_lap_scales(cam)} | "
             f"{r['frames_per_cpu_s']:.2f} | "
             f"{r['frames_per_unit_cpu_s']:.2f} |"
+        )
+    lines += [
+        "",
+        "Hands: the generator's hands in view against the hands stage's boxes (a hand is found when a box "
+        "overlaps its true box, clipped to the image, by IoU >= 0.3; unmatched: boxes on no true hand); "
+        "`other_N` identities fusion gave; QA's verdict.",
+        "",
+        "| minutes | hands in view | found | found % | unmatched boxes | other identities | QA passed "
+        "| identity switches |",
+        "|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for r in results:
+        h = r.get("hands")
+        if h is None:
+            lines.append(f"| {r['minutes']:g} | not measured | | | | | | |")
+            continue
+        lines.append(
+            f"| {r['minutes']:g} | {h['visible']} | {h['found']} | "
+            f"{100 * h['found'] / max(h['visible'], 1):.1f} | "
+            f"{h['unmatched']} | {h['other_identities']} | {'yes' if h['qa_passed'] else 'no'} | "
+            f"{h['identity_switches']} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -28,3 +28,22 @@ def test_a_collapsed_lap_is_the_worst_and_its_scale_shows():
     assert laps["worst_lap_ate_pct"] > 5.0  # of its own 6-m path
     assert laps["lap_scale_max"] == pytest.approx(1.0, rel=0.01)  # the other laps: the median lap's scale
     assert laps["lap_scale_min"] < 0.95  # the bunched lap's fit is off the others' scale
+
+
+def test_hand_recall_matches_each_true_hand_once_and_counts_the_rest():
+    """Frame 0: two hands in view, a box on each and one on nothing; frame 1: a hand half out of view,
+    found by a box on its visible half (IoU 1 with its box clipped to the image, 0.25 without), and a
+    box beside it; frame 2: a hand behind the camera (NaN: not counted)."""
+    from bench.long_video import hand_recall
+
+    hands = np.full((3, 2, 21, 2), np.nan)
+    hands[0, 0] = np.linspace([100, 100], [200, 200], 21)
+    hands[0, 1] = np.linspace([300, 100], [400, 200], 21)
+    hands[1, 0] = np.linspace([-150, 300], [50, 400], 21)
+    visible = np.array([[True, True], [True, False], [True, False]])
+    found = {
+        0: np.array([[105, 100, 200, 205], [300, 95, 400, 200], [500, 400, 520, 420]], float),
+        1: np.array([[0, 300, 50, 400], [60, 300, 160, 400]], float),
+    }
+    counts = hand_recall(found, hands, visible, (640, 480))
+    assert counts == {"visible": 3, "found": 3, "unmatched": 2}
