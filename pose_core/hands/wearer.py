@@ -9,9 +9,11 @@ detector's handedness flip in a few frames cannot swap identities.
    the median palm-keypoint (wrist and finger bases) distance to each track's constant-velocity
    prediction (a finger fit that changes its articulation between frames does not break a track), in
    units of the hand's size in the image (palm size: mean wrist -> finger-base distance), plus a
-   size-change and a handedness term; gated, and a track survives short misses (its prediction
-   moving on for a few frames only). Where a track was lost for a while and its side votes (point 3)
-   before and after disagree, it is cut: the other hand came back where the lost one was expected.
+   size-change term and a side term (the observation's side vote of point 3 against the track's mean
+   vote: with two hands side by side, the other hand's palm can lie as near the prediction); gated,
+   and a track survives short misses (its prediction moving on for a few frames only). Where a track
+   was lost for a while and its side votes (point 3) before and after disagree, it is cut: the other
+   hand came back where the lost one was expected.
 2. **Bystanders.** A track is another person's (``other_<n>``, in order of appearance) only with
    evidence of one in most of its frames: the wrist beyond `far_m` (twice arm's reach: depth is
    trusted only this coarsely), the forearm pointing away from the camera (fingers towards it; from
@@ -57,8 +59,10 @@ class WearerOptions:
     max_extrapolated_frames: int = 3
     # Matching cost per unit of |log| of the palm-size ratio between an observation and its track.
     size_cost: float = 0.5
-    # Matching cost per unit of handedness-probability disagreement with the track's mean.
-    handedness_cost: float = 0.2
+    # Matching cost of an observation whose side vote (`side_evidence`) is opposite to its track's mean
+    # vote, the votes at full strength (half this for a vote of 0): the detector's handedness alone flips
+    # often, the forearm's direction and the view's side rarely.
+    side_cost: float = 0.4
     # A track unseen for more frames than this ends.
     max_lost_frames: int = 15
     # Bystander evidence: a wrist farther than this from the camera, metres (about twice arm's reach).
@@ -188,11 +192,11 @@ class _Track:
     velocity_px: np.ndarray  # (21, 2) per frame
     frame: int
     size_px: float
-    p_sum: float
+    vote_sum: float
     count: int
 
     def cost(
-        self, keypoints_px: np.ndarray, size_px: float, p_right: float, frame: int, opts: WearerOptions
+        self, keypoints_px: np.ndarray, size_px: float, vote: float, frame: int, opts: WearerOptions
     ) -> float:
         """Matching cost of an observation, or `_UNMATCHED` outside the gate."""
         gap = frame - self.frame
@@ -203,24 +207,26 @@ class _Track:
         if distance > opts.max_match_palms * min(gap, opts.max_gate_growth):
             return _UNMATCHED
         size = opts.size_cost * abs(np.log(size_px / self.size_px))
-        return distance + size + opts.handedness_cost * abs(p_right - self.p_sum / self.count)
+        full = opts.handedness_weight + opts.arm_weight + opts.view_weight  # a vote's largest size
+        side = opts.side_cost * abs(vote - self.vote_sum / self.count) / (2.0 * full) if full > 0 else 0.0
+        return distance + size + side
 
-    def extend(self, keypoints_px: np.ndarray, size_px: float, p_right: float, frame: int) -> None:
+    def extend(self, keypoints_px: np.ndarray, size_px: float, vote: float, frame: int) -> None:
         self.velocity_px = (keypoints_px - self.keypoints_px) / (frame - self.frame)
         self.keypoints_px, self.size_px, self.frame = keypoints_px, size_px, frame
-        self.p_sum += p_right
+        self.vote_sum += vote
         self.count += 1
 
 
 def _link_tracks(
-    frame_idx: np.ndarray, keypoints_px: np.ndarray, p_right: np.ndarray, opts: WearerOptions
+    frame_idx: np.ndarray, keypoints_px: np.ndarray, votes: np.ndarray, opts: WearerOptions
 ) -> np.ndarray:
     """Motion tracks by 2-D keypoints: Hungarian matching to constant-velocity predictions, gated.
 
     Args:
         frame_idx: sorted frames of the observations, `(N,)`.
         keypoints_px: `(N, 21, 2)` pixels.
-        p_right: `(N,)`.
+        votes: side vote of each observation, `(N,)` (`side_evidence`).
         opts: settings.
 
     Returns:
@@ -234,7 +240,7 @@ def _link_tracks(
         live = [t for t, track in enumerate(tracks) if frame - track.frame <= opts.max_lost_frames]
         if live:
             cost = np.array([
-                [tracks[t].cost(keypoints_px[o], size[o], p_right[o], int(frame), opts) for t in live]
+                [tracks[t].cost(keypoints_px[o], size[o], votes[o], int(frame), opts) for t in live]
                 for o in members
             ])  # fmt: skip
             for row, col in zip(*linear_sum_assignment(cost), strict=True):
@@ -244,10 +250,10 @@ def _link_tracks(
             if track_id[obs] < 0:
                 track_id[obs] = len(tracks)
                 tracks.append(
-                    _Track(keypoints_px[obs], np.zeros((21, 2)), int(frame), size[obs], p_right[obs], 1)
+                    _Track(keypoints_px[obs], np.zeros((21, 2)), int(frame), size[obs], votes[obs], 1)
                 )
             else:
-                tracks[track_id[obs]].extend(keypoints_px[obs], size[obs], p_right[obs], int(frame))
+                tracks[track_id[obs]].extend(keypoints_px[obs], size[obs], votes[obs], int(frame))
     return track_id
 
 
@@ -283,7 +289,7 @@ def assign_identities(
     inverse = np.argsort(order)
     frames, cam, px, pr = frame_idx[order], keypoints_cam[order], keypoints_px[order], p_right[order]
     evidence = side_evidence(cam, px, pr, opts)
-    track = _split_by_side(_link_tracks(frames, px, pr, opts), frames, evidence, opts)
+    track = _split_by_side(_link_tracks(frames, px, evidence, opts), frames, evidence, opts)
     bystander = bystander_evidence(cam, px, opts, calibrated)
     labels = _label_tracks(track, frames, bystander, evidence, opts)
     identity = np.array([labels[int(t)] for t in track], dtype=object)

@@ -167,3 +167,40 @@ def test_a_run_of_flipped_handedness_within_a_track_does_not_cut_it(episode):
     p_right[right[50:80]] = 0.02  # the detector sure it sees a left hand for 30 frames in a row
     result = assign_identities(frame_idx[right], kp_cam[right], kp_px[right], p_right[right])
     assert set(result.identity) == {"wearer_right"}
+
+
+def _palm_up(wrist_x: float, lean_px: float) -> np.ndarray:
+    """Image keypoints `(21, 2)` of an upright hand, wrist at (wrist_x, 400), its finger bases `lean_px`
+    to the side of the wrist (a left hand's forearm comes from the lower left: lean > 0) and 150 px up."""
+    px = np.zeros((21, 2))
+    px[0] = [wrist_x, 400.0]
+    for finger, dx in enumerate((-45.0, -15.0, 15.0, 45.0)):
+        base = 5 + 4 * finger
+        for joint in range(4):
+            px[base + joint] = [wrist_x + lean_px + dx, 250.0 - 30.0 * joint]
+    px[1:5] = [[wrist_x + lean_px - 90.0, 330.0 - 25.0 * k] for k in range(4)]
+    return px
+
+
+def test_the_other_hand_as_near_a_lost_hands_prediction_stays_on_its_own_track():
+    """The 10-minute loop's failure: the left hand is lost while both hands are side by side, and the
+    right hand's finger bases lie as near the left track's prediction as to its own (its wrist does
+    not). The detector takes the left hand for a right one (p 0.95), so handedness alone favoured the
+    left track; the forearm's direction and the view's side keep the right hand on its own."""
+    frames, px, p_right = [], [], []
+    for f in range(10):
+        frames += [f, f]
+        px += [_palm_up(200.0, 120.0), _palm_up(440.0, -120.0)]  # left hand, right hand
+        p_right += [0.95, 0.6]
+    for f in range(10, 20):  # the left hand lost; the right hand moved 40 px to the left
+        frames.append(f)
+        px.append(_palm_up(400.0, -120.0))
+        p_right.append(0.95)
+    px_all = np.array(px)
+    cam = np.zeros((len(px), 21, 3))  # camera frame: only the wrist's x / z is used (view side)
+    cam[..., 0], cam[..., 2] = (px_all[..., 0] - 320.0) / 1000.0, 0.5
+    result = assign_identities(np.array(frames), cam, px_all, np.array(p_right))
+    right = result.track_id[1:20:2]
+    assert set(result.track_id[20:]) == {right[0]} and len(set(right)) == 1
+    assert set(result.identity[1:20:2]) == set(result.identity[20:]) == {"wearer_right"}
+    assert set(result.identity[0:20:2]) == {"wearer_left"}
