@@ -238,7 +238,13 @@ def bench_length(
         cpu = sum(s["cpu_s"] for s in stages)
         result["frames_per_cpu_s"] = frames / cpu
         # a stage with nothing to do (retarget without embodiments) measures no unit: 0
-        units = _query(out, "SELECT stage, coalesce(sum(cpu_s), 0.0) AS cpu_s FROM runs GROUP BY stage")
+        # each stage's latest run only: a stage run again into the same OUTPUT keeps its earlier runs' rows
+        units = _query(
+            out,
+            "SELECT r.stage, coalesce(sum(r.cpu_s), 0.0) AS cpu_s FROM runs r JOIN (SELECT stage, "
+            "max(run_id) AS run_id FROM runs GROUP BY stage) l ON r.stage = l.stage AND r.run_id = l.run_id "
+            "GROUP BY r.stage",
+        )
         result["unit_cpu_s"] = dict(zip(units["stage"], units["cpu_s"].astype(float), strict=True))
         result["frames_per_unit_cpu_s"] = frames / sum(result["unit_cpu_s"].values())
         result["camera"] = camera_accuracy(out, truth, loop_frames)
