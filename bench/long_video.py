@@ -266,6 +266,30 @@ def _lap_scales(cam: dict[str, Any]) -> str:
     return f"{cam['lap_scale_min']:.2f} to {cam['lap_scale_max']:.2f}" if "lap_scale_min" in cam else "-"
 
 
+def _camera_row(r: dict[str, Any]) -> str:
+    """One length's row of the camera table."""
+    cam = r.get("camera")
+    if cam is None:
+        return f"| {r['minutes']:g} | {r['frames']} | not reached | | | | | | | |"
+    return (
+        f"| {r['minutes']:g} | {r['frames']} | {cam['posed']} | {cam['ate_rmse_m']:.4f} | "
+        f"{cam['ate_pct_of_path']:.2f} | {cam['path_m']:.1f} | {_worst_lap(cam)} | {_lap_scales(cam)} | "
+        f"{r['frames_per_cpu_s']:.2f} | {r['frames_per_unit_cpu_s']:.2f} |"
+    )
+
+
+def _hands_row(r: dict[str, Any]) -> str:
+    """One length's row of the hands table."""
+    h = r.get("hands")
+    if h is None:
+        return f"| {r['minutes']:g} | not measured | | | | | | |"
+    found = 100 * h["found"] / max(h["visible"], 1)
+    return (
+        f"| {r['minutes']:g} | {h['visible']} | {h['found']} | {found:.1f} | {h['unmatched']} | "
+        f"{h['other_identities']} | {'yes' if h['qa_passed'] else 'no'} | {h['identity_switches']} |"
+    )
+
+
 def _markdown(results: list[dict[str, Any]], meta: dict[str, str], settings: list[str]) -> str:
     lines = [
         "# Long videos (issue 18): memory, CPU and accuracy per stage against footage length", "",
@@ -293,17 +317,7 @@ def _markdown(results: list[dict[str, Any]], meta: dict[str, str], settings: lis
         "of its path | laps' scales / the median lap's | frames/CPU-s | frames/unit CPU-s |",
         "|---:|---:|---:|---:|---:|---:|---|---|---:|---:|",
     ]
-    for r in results:
-        cam = r.get("camera")
-        if cam is None:
-            lines.append(f"| {r['minutes']:g} | {r['frames']} | not reached | | | | | | | |")
-            continue
-        lines.append(
-            f"| {r['minutes']:g} | {r['frames']} | {cam['posed']} | {cam['ate_rmse_m']:.4f} | "
-            f"{cam['ate_pct_of_path']:.2f} | {cam['path_m']:.1f} | {_worst_lap(cam)} | {_lap_scales(cam)} | "
-            f"{r['frames_per_cpu_s']:.2f} | "
-            f"{r['frames_per_unit_cpu_s']:.2f} |"
-        )
+    lines += [_camera_row(r) for r in results]
     lines += [
         "",
         "Hands: the generator's hands in view against the hands stage's boxes (a hand is found when a box "
@@ -314,17 +328,7 @@ def _markdown(results: list[dict[str, Any]], meta: dict[str, str], settings: lis
         "| identity switches |",
         "|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
-    for r in results:
-        h = r.get("hands")
-        if h is None:
-            lines.append(f"| {r['minutes']:g} | not measured | | | | | | |")
-            continue
-        lines.append(
-            f"| {r['minutes']:g} | {h['visible']} | {h['found']} | "
-            f"{100 * h['found'] / max(h['visible'], 1):.1f} | "
-            f"{h['unmatched']} | {h['other_identities']} | {'yes' if h['qa_passed'] else 'no'} | "
-            f"{h['identity_switches']} |"
-        )
+    lines += [_hands_row(r) for r in results]
     return "\n".join(lines) + "\n"
 
 
