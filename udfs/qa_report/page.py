@@ -102,18 +102,14 @@ def _envelope(
     if len(y) <= 2 * count:
         return x, y
     at: list[int] = []
-    gaps: list[int] = []
     edges = _stretches(len(y), count)
     for a, b in zip(edges[:-1], edges[1:], strict=True):
         part = y[a:b]
         if np.isnan(part).all():
-            gaps.append(len(at))
-            at.append(int(a))
+            at.append(int(a))  # its value is NaN
             continue
         at.extend(sorted({a + int(np.nanargmin(part)), a + int(np.nanargmax(part))}))
-    values = y[at]
-    values[gaps] = np.nan
-    return x[at], values
+    return x[at], y[at]
 
 
 def _marks(x: NDArray[np.int64], mask: NDArray[np.bool_], count: int) -> NDArray[np.int64]:
