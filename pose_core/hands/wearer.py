@@ -10,7 +10,8 @@ detector's handedness flip in a few frames cannot swap identities.
    prediction (a finger fit that changes its articulation between frames does not break a track), in
    units of the hand's size in the image (palm size: mean wrist -> finger-base distance), plus a
    size-change term and a side term (the observation's side vote of point 3 against the track's mean
-   vote: with two hands side by side, the other hand's palm can lie as near the prediction); gated,
+   vote: with two hands side by side, the other hand's palm can lie as near the prediction) and a cost
+   per frame since the track was last seen; gated,
    and a track survives short misses (its prediction moving on for a few frames only). Where a track
    was lost for a while and its side votes (point 3) before and after disagree, it is cut: the other
    hand came back where the lost one was expected.
@@ -63,6 +64,11 @@ class WearerOptions:
     # vote, the votes at full strength (half this for a vote of 0): the detector's handedness alone flips
     # often, the forearm's direction and the view's side rarely.
     side_cost: float = 0.4
+    # Matching cost per frame a track has gone unseen beyond one, in palms: of two tracks about as near an
+    # observation, the one seen in the last frame is the likelier continuation (DeepSORT's matching
+    # cascade matches recently seen tracks first for the same reason); a track lost a while waits where
+    # its hand was, and the other hand passing there is not it.
+    lost_frame_cost: float = 0.05
     # A track unseen for more frames than this ends.
     max_lost_frames: int = 15
     # Bystander evidence: a wrist farther than this from the camera, metres (about twice arm's reach).
@@ -99,6 +105,8 @@ class WearerOptions:
                 "fusion.wearer: max_match_palms > 0, max_gate_growth >= 1, max_lost_frames >= 1 needed, got "
                 f"{self.max_match_palms}, {self.max_gate_growth}, {self.max_lost_frames}"
             )
+        if self.lost_frame_cost < 0:
+            raise ValueError(f"fusion.wearer.lost_frame_cost must be >= 0, got {self.lost_frame_cost}")
         if self.max_extrapolated_frames < 0 or self.min_split_gap_frames < 2 or self.min_split_vote <= 0:
             raise ValueError(
                 "fusion.wearer: max_extrapolated_frames >= 0, min_split_gap_frames >= 2, min_split_vote > 0 "
@@ -209,7 +217,7 @@ class _Track:
         size = opts.size_cost * abs(np.log(size_px / self.size_px))
         full = opts.handedness_weight + opts.arm_weight + opts.view_weight  # a vote's largest size
         side = opts.side_cost * abs(vote - self.vote_sum / self.count) / (2.0 * full) if full > 0 else 0.0
-        return distance + size + side
+        return distance + size + side + opts.lost_frame_cost * (gap - 1)
 
     def extend(self, keypoints_px: np.ndarray, size_px: float, vote: float, frame: int) -> None:
         self.velocity_px = (keypoints_px - self.keypoints_px) / (frame - self.frame)

@@ -204,3 +204,30 @@ def test_the_other_hand_as_near_a_lost_hands_prediction_stays_on_its_own_track()
     assert set(result.track_id[20:]) == {right[0]} and len(set(right)) == 1
     assert set(result.identity[1:20:2]) == set(result.identity[20:]) == {"wearer_right"}
     assert set(result.identity[0:20:2]) == {"wearer_left"}
+
+
+def test_a_track_seen_last_frame_keeps_its_hand_over_one_lost_a_while():
+    """The 10-minute loop's last switches: the left hand is lost while moving right, its track waiting
+    near the right hand; the landmark model reads the right hand mirrored for a frame (finger bases
+    swapped, handedness "left"), so its own track's one-frame prediction overshoots and the left track's
+    waiting one is as near. A track seen in the last frame is the likelier continuation."""
+    mirrored = np.r_[0:5, 17:21, 13:17, 9:13, 5:9]  # index <-> pinky, middle <-> ring
+    frames, px, p_right = [], [], []
+    for f in range(20):
+        if f < 8:  # the left hand, moving right, then lost
+            frames.append(f)
+            px.append(_palm_up(140.0 + 20.0 * f, 120.0))
+            p_right.append(0.1)
+        right_hand = _palm_up(560.0, -120.0)
+        frames.append(f)
+        px.append(right_hand[mirrored] if f == 14 else right_hand)
+        p_right.append(0.1 if f in {14, 15} else 0.9)
+    px_all = np.array(px)
+    cam = np.zeros((len(px), 21, 3))
+    cam[..., 0], cam[..., 2] = (px_all[..., 0] - 320.0) / 1000.0, 0.5
+    is_left = np.array([i < 16 and i % 2 == 0 for i in range(len(px))])
+    result = assign_identities(np.array(frames), cam, px_all, np.array(p_right))
+    assert len(set(result.track_id[~is_left])) == 1
+    assert not set(result.track_id[~is_left]) & set(result.track_id[is_left])
+    without = assign_identities(np.array(frames), cam, px_all, np.array(p_right), WearerOptions(lost_frame_cost=0))
+    assert len(set(without.track_id[~is_left])) > 1  # what the cost changes
