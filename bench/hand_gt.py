@@ -10,7 +10,13 @@ Figures over the images where a hand was found:
 - `pa_mpjpe_mm`: mean joint error after the best similarity (rotation, translation, scale) alignment;
 - `root_rel_mpjpe_mm`: mean joint error with both wrists at the origin (no rotation, no scale);
 - `cam_mpjpe_mm` / `cam_mpjpe_median_mm`: mean joint error in the camera frame, mean / median over images;
-- `wrist_depth_err_pct`: median of |wrist depth error| / true wrist depth, percent.
+- `wrist_depth_err_pct`: median of |wrist depth error| / true wrist depth, percent;
+- `palm_rel_mpjpe_mm`: as `root_rel_mpjpe_mm` with the palm centre (mean of the four finger bases,
+  keypoints 5, 9, 13, 17) as the root instead of the wrist;
+- `wrist_shift_2d_pct`: mean offset of the detected wrist from the true one along the true wrist ->
+  middle-finger-base direction, percent of that length (negative: towards the forearm). The two say
+  how much of the root-relative error is where the estimator and the labels put the wrist: a wrist
+  placed a tenth of the palm's length apart moves all 20 other joints' root-relative errors with it.
 
 `split` gives the images of one half, `first` (0-199) or `second` (200-399): the photos come in
 blocks of one person or session (the true palm size steps between blocks), so halves of contiguous
@@ -27,6 +33,7 @@ import numpy as np
 
 from bench.report import SHARED_DATA
 from pose_core.hands import FitOptions, HandObservation, MediaPipeOptions, fit_hand
+from pose_core.hands.estimator import FINGER_BASES
 from udfs.models import hand_estimator
 
 __all__ = ["GT", "GroundTruth", "detect", "evaluate", "load_ground_truth"]
@@ -85,17 +92,23 @@ def evaluate(
     if split is not None:
         half = len(found) // 2
         index = index[:half] if split == "first" else index[half:]
-    err_2d, pa, root, cam, depth = [], [], [], [], []
+    err_2d, pa, root, cam, depth, palm_root, wrist_shift = [], [], [], [], [], [], []
     for i in index:
         hand = found[i]
         if hand is None:
             continue
         k, gt = truth.camera_k[i], truth.keypoints_cam_m[i]
         projected = gt @ k.T
-        err_2d.append(np.linalg.norm(hand.keypoints_px - projected[:, :2] / projected[:, 2:], axis=1).mean())
+        true_px = projected[:, :2] / projected[:, 2:]
+        err_2d.append(np.linalg.norm(hand.keypoints_px - true_px, axis=1).mean())
+        palm_axis = true_px[9] - true_px[0]
+        wrist_shift.append((hand.keypoints_px[0] - true_px[0]) @ palm_axis / (palm_axis @ palm_axis))
         pred = fit_hand(hand, k, fit).keypoints_cam
         pa.append(np.linalg.norm(_similarity_aligned(pred, gt) - gt, axis=1).mean())
         root.append(np.linalg.norm((pred - pred[0]) - (gt - gt[0]), axis=1).mean())
+        bases = list(FINGER_BASES)
+        palm_rel = (pred - pred[bases].mean(axis=0)) - (gt - gt[bases].mean(axis=0))
+        palm_root.append(np.linalg.norm(palm_rel, axis=1).mean())
         cam.append(np.linalg.norm(pred - gt, axis=1).mean())
         depth.append(abs(pred[0, 2] - gt[0, 2]) / gt[0, 2])
     return {
@@ -106,4 +119,6 @@ def evaluate(
         "cam_mpjpe_mm": round(1000 * float(np.nanmean(cam)), 1),
         "cam_mpjpe_median_mm": round(1000 * float(np.nanmedian(cam)), 1),
         "wrist_depth_err_pct": round(100 * float(np.nanmedian(depth)), 2),
+        "palm_rel_mpjpe_mm": round(1000 * float(np.nanmean(palm_root)), 1),
+        "wrist_shift_2d_pct": round(100 * float(np.mean(wrist_shift)), 1),
     }
