@@ -229,5 +229,6 @@ def test_a_track_seen_last_frame_keeps_its_hand_over_one_lost_a_while():
     result = assign_identities(np.array(frames), cam, px_all, np.array(p_right))
     assert len(set(result.track_id[~is_left])) == 1
     assert not set(result.track_id[~is_left]) & set(result.track_id[is_left])
-    without = assign_identities(np.array(frames), cam, px_all, np.array(p_right), WearerOptions(lost_frame_cost=0))
+    no_cost = WearerOptions(lost_frame_cost=0)
+    without = assign_identities(np.array(frames), cam, px_all, np.array(p_right), no_cost)
     assert len(set(without.track_id[~is_left])) > 1  # what the cost changes
