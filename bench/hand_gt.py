@@ -93,6 +93,7 @@ def evaluate(
         half = len(found) // 2
         index = index[:half] if split == "first" else index[half:]
     err_2d, pa, root, cam, depth, palm_root, wrist_shift = [], [], [], [], [], [], []
+    bases = list(FINGER_BASES)
     for i in index:
         hand = found[i]
         if hand is None:
@@ -106,7 +107,6 @@ def evaluate(
         pred = fit_hand(hand, k, fit).keypoints_cam
         pa.append(np.linalg.norm(_similarity_aligned(pred, gt) - gt, axis=1).mean())
         root.append(np.linalg.norm((pred - pred[0]) - (gt - gt[0]), axis=1).mean())
-        bases = list(FINGER_BASES)
         palm_rel = (pred - pred[bases].mean(axis=0)) - (gt - gt[bases].mean(axis=0))
         palm_root.append(np.linalg.norm(palm_rel, axis=1).mean())
         cam.append(np.linalg.norm(pred - gt, axis=1).mean())
